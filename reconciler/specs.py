@@ -1,0 +1,160 @@
+"""Typed specs: what a factory's definition files mean once loaded and schema-checked.
+
+The loader turns files into these; validation, plan and apply only ever see specs. Every spec
+keeps the file it came from and the source location of its keys so that later checks (online
+checks, plan) can point at file:line:column.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+SIGNATURE_SCHEMES = (
+    "standard_webhooks",
+    "stripe",
+    "github",
+    "sentry",
+    "pagerduty",
+    "vercel",
+    "slack",
+    "linear",
+    "shopify",
+)
+SCHEME_ALIASES = {"standard-webhooks": "standard_webhooks", "svix": "standard_webhooks"}
+AUTH_MODES = ("token", "url_token", "signature")
+MAX_WEBHOOKS_PER_FACTORY = 20
+
+
+def canonical_scheme(value: str) -> str:
+    return SCHEME_ALIASES.get(value, value)
+
+
+def digest(obj: Any) -> str:
+    """Stable SHA-256 of a JSON-able value: equal specs have equal digests."""
+    data = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place in a file; ``line`` and ``column`` are 1-based (0 when unknown)."""
+
+    path: str
+    line: int = 0
+    column: int = 0
+
+    def __str__(self) -> str:
+        if self.line:
+            return f"{self.path}:{self.line}:{self.column or 1}"
+        return self.path
+
+
+@dataclass(frozen=True)
+class FactorySpec:
+    name: str
+    path: str
+    description: str | None = None
+    worker_host: str | None = None
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    locations: dict[str, Location] = field(default_factory=dict, compare=False)
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "worker_host": self.worker_host,
+            "agents": self.agents,
+        }
+
+
+@dataclass(frozen=True)
+class WebhookSpec:
+    """``webhooks/<name>.yaml``; ``signature_scheme`` is canonical (aliases resolved)."""
+
+    name: str
+    path: str
+    secret_name: str
+    auth_mode: str = "token"
+    signature_scheme: str | None = None
+    delivery_id_header: str | None = None
+    enabled: bool = True
+    description: str | None = None
+    locations: dict[str, Location] = field(default_factory=dict, compare=False)
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "auth_mode": self.auth_mode,
+            "signature_scheme": self.signature_scheme,
+            "secret_name": self.secret_name,
+            "delivery_id_header": self.delivery_id_header,
+            "enabled": self.enabled,
+            "description": self.description,
+        }
+
+
+@dataclass(frozen=True)
+class TriggerSpec:
+    provider: str
+    event: str
+    webhook_ids: tuple[str, ...] = ()
+    payload_filter: dict[str, Any] | None = None
+    location: Location | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        flt: dict[str, Any] = {"webhook_ids": list(self.webhook_ids)}
+        if self.payload_filter is not None:
+            flt["payload"] = self.payload_filter
+        return {"provider": self.provider, "event": self.event, "filter": flt}
+
+
+@dataclass(frozen=True)
+class AutomationSpec:
+    """``automations/<name>/automation.md``: front matter plus the prompt (the Markdown body)."""
+
+    name: str
+    path: str
+    prompt: str
+    enabled: bool = True
+    agent: str = "foreman"
+    title: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    triggers: tuple[TriggerSpec, ...] = ()
+    locations: dict[str, Location] = field(default_factory=dict, compare=False)
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "agent": self.agent,
+            "title": self.title,
+            "config": self.config,
+            "prompt": self.prompt,
+            "triggers": [t.to_json() for t in self.triggers],
+        }
+
+
+@dataclass(frozen=True)
+class EnvironmentSpec:
+    """``environments/<name>.yaml``: repos, setup commands, env and secrets for run workspaces."""
+
+    name: str
+    path: str
+    spec: dict[str, Any] = field(default_factory=dict)
+    locations: dict[str, Location] = field(default_factory=dict, compare=False)
+
+    def fields(self) -> dict[str, Any]:
+        return {"spec": self.spec}
+
+
+@dataclass(frozen=True)
+class FactoryDefinition:
+    """Everything one factory directory declares, plus a content digest of its files."""
+
+    root: str
+    factory: FactorySpec
+    webhooks: tuple[WebhookSpec, ...] = ()
+    automations: tuple[AutomationSpec, ...] = ()
+    environments: tuple[EnvironmentSpec, ...] = ()
+    content_digest: str = ""

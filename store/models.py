@@ -1,0 +1,378 @@
+"""SQLAlchemy 2.0 typed models: the one contract the reconciler and the API share.
+
+Every row belongs to a team (``team_id``); other teams' rows are invisible to callers.
+Identifiers are prefixed strings (``fa_``, ``wh_``, ``au_``, ``run_``...) minted by :mod:`store.ids`.
+Timestamps are timezone-aware UTC (:class:`UTCDateTime` normalises what SQLite hands back).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(dt.UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dt.datetime: UTCDateTime(), dict[str, Any]: JSON, list[Any]: JSON}
+
+
+# --- teams, keys, secrets -------------------------------------------------------------------------
+
+
+class Team(Base):
+    __tablename__ = "teams"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[dt.datetime]
+
+
+class ApiKey(Base):
+    """An API key; only a SHA-256 of the (high-entropy) key is stored."""
+
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(20))  # admin | member | worker
+    worker_hosts: Mapped[list[Any]] = mapped_column(default=list)
+    prefix: Mapped[str] = mapped_column(String(20))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[dt.datetime]
+    last_used_at: Mapped[dt.datetime | None]
+    revoked_at: Mapped[dt.datetime | None]
+
+
+class Secret(Base):
+    """A team secret; values live in :class:`SecretVersion`, encrypted."""
+
+    __tablename__ = "secrets"
+    __table_args__ = (UniqueConstraint("team_id", "name"),)
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))
+    name: Mapped[str] = mapped_column(String(200))
+    current_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+
+
+class SecretVersion(Base):
+    __tablename__ = "secret_versions"
+    __table_args__ = (UniqueConstraint("secret_id", "version"),)
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    secret_id: Mapped[str] = mapped_column(ForeignKey("secrets.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[dt.datetime]
+
+
+# --- factories and their definitions --------------------------------------------------------------
+
+
+class Factory(Base):
+    __tablename__ = "factories"
+    __table_args__ = (UniqueConstraint("team_id", "name"),)
+    uid: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str | None] = mapped_column(Text)
+    worker_host: Mapped[str | None] = mapped_column(String(200))
+    managed_by: Mapped[str] = mapped_column(String(20))  # definitions | api
+    agents: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    source: Mapped[str | None] = mapped_column(String(1000))  # where definitions come from
+    spec_digest: Mapped[str | None] = mapped_column(String(64))  # digest of factory.yaml spec
+    last_applied_revision: Mapped[str | None] = mapped_column(String(100))
+    last_attempted_revision: Mapped[str | None] = mapped_column(String(100))
+    conditions: Mapped[list[Any]] = mapped_column(default=list)
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+
+
+class Webhook(Base):
+    """A webhook. Deleted webhooks keep their row (``deleted_at``) so UIDs are never reused."""
+
+    __tablename__ = "webhooks"
+    __table_args__ = (
+        Index(
+            "uq_webhooks_live_name",
+            "factory_uid",
+            "name",
+            unique=True,
+            sqlite_where=text("deleted_at IS NULL"),
+            postgresql_where=text("deleted_at IS NULL"),
+        ),
+    )
+    uid: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"), index=True)
+    factory_uid: Mapped[str] = mapped_column(ForeignKey("factories.uid"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str | None] = mapped_column(Text)
+    auth_mode: Mapped[str] = mapped_column(String(20))  # token | url_token | signature
+    signature_scheme: Mapped[str | None] = mapped_column(String(40))
+    secret_name: Mapped[str | None] = mapped_column(String(200))
+    # The secret version captured when the definition last applied (DESIGN 4.10); None: not yet supplied.
+    secret_version: Mapped[int | None] = mapped_column(Integer)
+    delivery_id_header: Mapped[str | None] = mapped_column(String(200))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    managed_by: Mapped[str] = mapped_column(String(20))
+    definition_path: Mapped[str | None] = mapped_column(String(1000))
+    spec_digest: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+    deleted_at: Mapped[dt.datetime | None]
+
+
+class Automation(Base):
+    __tablename__ = "automations"
+    __table_args__ = (UniqueConstraint("factory_uid", "name"),)
+    uid: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"), index=True)
+    factory_uid: Mapped[str] = mapped_column(ForeignKey("factories.uid", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    agent: Mapped[str] = mapped_column(String(200), default="foreman")
+    title: Mapped[str | None] = mapped_column(String(500))
+    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    prompt: Mapped[str] = mapped_column(Text)
+    triggers: Mapped[list[Any]] = mapped_column(default=list)
+    definition_path: Mapped[str | None] = mapped_column(String(1000))
+    spec_digest: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+
+
+class AutomationWebhook(Base):
+    """Routing index: which automations a delivery to a webhook must be matched against.
+
+    One row per (automation, webhook trigger, selected webhook UID). ``payload_filter`` is the
+    trigger's filter (already validated at apply time); None means "every delivery matches".
+    Rows may name a webhook UID that was deleted: such rows never match (the webhook 404s first).
+    """
+
+    __tablename__ = "automation_webhooks"
+    automation_uid: Mapped[str] = mapped_column(
+        ForeignKey("automations.uid", ondelete="CASCADE"), primary_key=True
+    )
+    trigger_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    webhook_uid: Mapped[str] = mapped_column(String(40), primary_key=True, index=True)
+    payload_filter: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class Environment(Base):
+    """A run environment (DESIGN 7a): repos to clone, setup commands, env, secrets by name."""
+
+    __tablename__ = "environments"
+    __table_args__ = (UniqueConstraint("team_id", "name"),)
+    uid: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))
+    factory_uid: Mapped[str | None] = mapped_column(ForeignKey("factories.uid", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    managed_by: Mapped[str] = mapped_column(String(20))
+    definition_path: Mapped[str | None] = mapped_column(String(1000))
+    spec_digest: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+
+
+class ApplyRecord(Base):
+    """One reconcile attempt of one factory: revision, outcome, duration, summary and errors."""
+
+    __tablename__ = "apply_history"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))
+    factory_uid: Mapped[str | None] = mapped_column(String(40), index=True)
+    factory_name: Mapped[str] = mapped_column(String(200))
+    revision: Mapped[str] = mapped_column(String(100))
+    outcome: Mapped[str] = mapped_column(String(20))  # succeeded | failed | noop
+    started_at: Mapped[dt.datetime]
+    duration_ms: Mapped[int] = mapped_column(Integer)
+    summary: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    errors: Mapped[list[Any]] = mapped_column(default=list)
+
+
+# --- ingress --------------------------------------------------------------------------------------
+
+
+class Delivery(Base):
+    """One delivery log entry. ``delivery_id`` is the delivery's identity (DESIGN 5).
+
+    At most one *Accepted* entry per (webhook, delivery_id): the partial unique index is what
+    decides duplicates (INSERT ... ON CONFLICT DO NOTHING), never a check-then-insert.
+    """
+
+    __tablename__ = "deliveries"
+    __table_args__ = (
+        Index(
+            "uq_deliveries_accepted_identity",
+            "webhook_uid",
+            "delivery_id",
+            unique=True,
+            sqlite_where=text("status = 'Accepted'"),
+            postgresql_where=text("status = 'Accepted'"),
+        ),
+        Index("ix_deliveries_webhook_seq", "webhook_uid", "seq"),
+        Index("ix_deliveries_received_at", "received_at"),
+    )
+    seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    team_id: Mapped[str] = mapped_column(String(40))
+    webhook_uid: Mapped[str] = mapped_column(String(40))
+    delivery_id: Mapped[str] = mapped_column(String(300))
+    status: Mapped[str] = mapped_column(String(40))
+    size: Mapped[int] = mapped_column(Integer)
+    received_at: Mapped[dt.datetime]
+    payload: Mapped[bytes | None] = mapped_column(LargeBinary)
+    detail: Mapped[str | None] = mapped_column(String(500))
+
+
+class RateCounter(Base):
+    """Fixed-window counters shared by all replicas (upserted with ON CONFLICT ... DO UPDATE)."""
+
+    __tablename__ = "rate_counters"
+    key: Mapped[str] = mapped_column(String(120), primary_key=True)
+    window_start: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # epoch seconds
+    count: Mapped[int] = mapped_column(Integer)
+
+
+# --- runs -----------------------------------------------------------------------------------------
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        # A delivery starts at most one run per automation, even under retries and crashes.
+        Index(
+            "uq_runs_automation_delivery",
+            "automation_id",
+            "webhook_uid",
+            "delivery_id",
+            unique=True,
+            sqlite_where=text("delivery_id IS NOT NULL"),
+            postgresql_where=text("delivery_id IS NOT NULL"),
+        ),
+        # Keyset pagination indexes: (team, sort key, run_id) with and without state.
+        Index("ix_runs_team_updated", "team_id", "updated_at", "run_id"),
+        Index("ix_runs_team_created", "team_id", "created_at", "run_id"),
+        Index("ix_runs_team_state_updated", "team_id", "state", "updated_at", "run_id"),
+        # Claim queue: oldest QUEUED run for a worker host.
+        Index("ix_runs_queue", "state", "worker_host", "queued_at"),
+        Index("ix_runs_lease", "state", "lease_expires_at"),
+    )
+    run_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))
+    title: Mapped[str] = mapped_column(String(500))
+    prompt: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+    queued_at: Mapped[dt.datetime | None]
+    started_at: Mapped[dt.datetime | None]
+    finished_at: Mapped[dt.datetime | None]
+    session_id: Mapped[str | None] = mapped_column(String(100))
+    session_link: Mapped[str | None] = mapped_column(String(1000))
+    agent_config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    config_name: Mapped[str | None] = mapped_column(String(200), index=True)
+    model_id: Mapped[str | None] = mapped_column(String(200))
+    source: Mapped[str] = mapped_column(String(30))  # API | CLI | CUSTOM_WEBHOOK | FACTORY
+    creator_type: Mapped[str] = mapped_column(String(30))  # user | service_account
+    creator_uid: Mapped[str] = mapped_column(String(100))
+    creator_display_name: Mapped[str | None] = mapped_column(String(200))
+    status_message: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    run_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    factory_uid: Mapped[str | None] = mapped_column(String(40), index=True)
+    automation_id: Mapped[str | None] = mapped_column(String(40))
+    webhook_uid: Mapped[str | None] = mapped_column(String(40))
+    delivery_id: Mapped[str | None] = mapped_column(String(300))
+    conversation_id: Mapped[str | None] = mapped_column(String(100))
+    parent_run_id: Mapped[str | None] = mapped_column(String(40))
+    # "" means service-hosted (worker_host unset or "warp"); otherwise only that worker may claim.
+    worker_host: Mapped[str] = mapped_column(String(200), default="")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[dt.datetime | None]
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class RunAttachment(Base):
+    __tablename__ = "run_attachments"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True)
+    file_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    mime_type: Mapped[str] = mapped_column(String(200))
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class RunFollowup(Base):
+    __tablename__ = "run_followups"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"), index=True)
+    message: Mapped[str] = mapped_column(Text)
+    mode: Mapped[str | None] = mapped_column(String(40))
+    outcome: Mapped[str] = mapped_column(String(40))  # delivered | queued
+    created_at: Mapped[dt.datetime]
+    delivered_at: Mapped[dt.datetime | None]
+
+
+class RunLog(Base):
+    __tablename__ = "run_logs"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"), index=True)
+    stream: Mapped[str] = mapped_column(String(10))  # stdout | stderr | system
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime]
+
+
+class AppliedLock(Base):
+    """SQLite stand-in for PostgreSQL advisory locks (single-process deployments)."""
+
+    __tablename__ = "locks"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[dt.datetime]
