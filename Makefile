@@ -10,7 +10,7 @@ DATA   ?= .factory/demo
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev]" --config-settings editable_mode=compat
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,59 @@
+"""Typed application keys and server settings: everything a handler may reach, and nothing global."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from store.clock import Clock
+from store.crypto import SecretBox
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Resolved configuration of one server process (flags and env are read at the CLI edge)."""
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8080
+    public_url: str | None = None  # base of ingress URLs; defaults to http://host:port
+    delivery_rate_limit: int = 60  # per webhook per minute
+    auth_failure_limit: int = 30  # failed auth attempts per webhook per minute
+    max_body_bytes: int = 262_144
+    delivery_retention_days: int = 7
+    delivery_retention_count: int = 50
+    lease_seconds: float = 30.0
+    claim_wait_max_seconds: float = 30.0
+    max_attachment_bytes: int = 1_048_576
+    skills_source: str | None = None
+
+    @property
+    def base_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host  # noqa: S104
+        return f"http://{host}:{self.port}"
+
+
+@dataclass
+class Metrics:
+    """Prometheus collectors of one app (own registry: no process-global state)."""
+
+    registry: CollectorRegistry
+
+
+SETTINGS = web.AppKey("settings", ServerSettings)
+ENGINE = web.AppKey("engine", AsyncEngine)
+SESSIONS: web.AppKey[async_sessionmaker[AsyncSession]] = web.AppKey("sessions")
+CLOCK = web.AppKey("clock", Clock)
+BOX = web.AppKey("box", SecretBox)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+
+
+def sessions(request: web.Request) -> async_sessionmaker[AsyncSession]:
+    """The session factory; handlers open one session per request and own its transaction."""
+    return request.app[SESSIONS]

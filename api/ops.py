@@ -1,0 +1,96 @@
+"""Operational endpoints: liveness, readiness, Prometheus metrics, the OpenAPI document, JSON logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from sqlalchemy import text
+
+from api.context import ENGINE, REGISTRY
+
+LATENCY = web.AppKey("latency_histogram", Histogram)
+
+
+class JsonAccessLogger(AbstractAccessLogger):
+    """One JSON object per request; never logs headers or bodies (they may carry secrets)."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        path = request.path
+        if path.startswith("/webhooks/w/"):
+            path = "/webhooks/w/" + path.split("/")[3]  # drop url_token segments
+        self.logger.info(
+            json.dumps(
+                {
+                    "msg": "request",
+                    "method": request.method,
+                    "path": path,
+                    "status": response.status,
+                    "duration_ms": round(time * 1000, 2),
+                    "remote": request.remote,
+                }
+            )
+        )
+
+
+def route_label(request: web.Request) -> str:
+    info = request.match_info.route.resource
+    return info.canonical if info is not None else "unmatched"
+
+
+def metrics_middleware(histogram: Histogram) -> Any:
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        start = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        finally:
+            histogram.labels(request.method, route_label(request), str(status)).observe(time.perf_counter() - start)
+
+    return middleware
+
+
+def new_latency_histogram(registry: CollectorRegistry) -> Histogram:
+    return Histogram(
+        "factoryctl_http_request_duration_seconds",
+        "HTTP request latency by method, route and status.",
+        ["method", "route", "status"],
+        registry=registry,
+        buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    )
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    try:
+        async with request.app[ENGINE].connect() as conn:
+            await conn.execute(text("SELECT 1"))
+    except Exception as exc:  # noqa: BLE001 - readiness reports any database failure
+        logging.getLogger("factoryctl.api").warning("readiness check failed: %s", type(exc).__name__)
+        return web.json_response({"status": "unavailable", "database": "down"}, status=503)
+    return web.json_response({"status": "ready", "database": "up"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)

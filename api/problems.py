@@ -1,0 +1,141 @@
+"""RFC 9457 problem+json: the one place where errors become HTTP responses.
+
+Every error leaves the service through :func:`problem_middleware`: API errors, store errors,
+aiohttp's own HTTP errors (unknown route, wrong method) and unexpected exceptions (logged with a
+reference, answered as a bare 500 without a stack trace).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+import store
+from api import ApiError, BadRequest, ValidationFailed
+
+log = logging.getLogger("factoryctl.api")
+PROBLEM_JSON = "application/problem+json"
+
+_HTTP_CODES = {
+    400: "invalid_request",
+    401: "authentication_required",
+    403: "not_authorized",
+    404: "resource_not_found",
+    405: "operation_not_supported",
+    409: "conflict",
+    413: "invalid_request",
+    415: "invalid_request",
+    422: "invalid_request",
+    429: "budget_exceeded",
+    501: "feature_not_available",
+    503: "resource_unavailable",
+}
+
+
+def problem_body(
+    status: int,
+    title: str,
+    detail: str,
+    error_code: str,
+    instance: str,
+    *,
+    retryable: bool = False,
+    errors: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": f"urn:factoryctl:problem:{error_code}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": instance,
+        "error": detail,
+        "error_code": error_code,
+        "retryable": retryable,
+    }
+    if errors:
+        body["errors"] = errors
+    return body
+
+
+def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=int(body["status"]),
+        text=json.dumps(body),
+        content_type=PROBLEM_JSON,
+        headers=headers,
+    )
+
+
+def from_api_error(exc: ApiError, instance: str) -> web.Response:
+    body = problem_body(
+        exc.status, exc.title, exc.detail, exc.error_code, instance, retryable=exc.retryable, errors=exc.errors
+    )
+    return problem_response(body, exc.headers)
+
+
+def _translate_store(exc: store.StoreError) -> ApiError:
+    from api import Conflict, ResourceNotFound
+
+    if isinstance(exc, store.NotFound):
+        return ResourceNotFound(str(exc))
+    if isinstance(exc, store.Conflict):
+        return Conflict(str(exc))
+    if isinstance(exc, store.InvalidValue):
+        return ValidationFailed(str(exc))
+    return ApiError("internal error")
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    instance = request.path
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return from_api_error(exc, instance)
+    except store.StoreError as exc:
+        return from_api_error(_translate_store(exc), instance)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = _HTTP_CODES.get(exc.status, "internal_error" if exc.status >= 500 else "invalid_request")
+        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+        detail = exc.reason if exc.text is None or exc.text.startswith(f"{exc.status}:") else exc.text
+        body = problem_body(exc.status, exc.reason, detail, code, instance)
+        return problem_response(body, headers)
+    except Exception:
+        ref = uuid.uuid4().hex[:12]
+        log.exception("unhandled error (ref %s) on %s %s", ref, request.method, request.path)
+        body = problem_body(
+            500, "Internal error", f"internal error (reference {ref})", "internal_error", instance, retryable=True
+        )
+        return problem_response(body)
+
+
+async def read_json_object(request: web.Request, *, max_bytes: int = 8 * 1024 * 1024) -> dict[str, Any]:
+    """Parse a JSON object body, or raise a 400 problem that says what is wrong."""
+    if request.content_length is not None and request.content_length > max_bytes:
+        from api import PayloadTooLarge
+
+        raise PayloadTooLarge(f"body exceeds {max_bytes} bytes")
+    raw = await request.read()
+    if not raw.strip():
+        raise BadRequest("request body is empty; a JSON object is required")
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("request body must be a JSON object")
+    return data
+
+
+def field_error(field: str, message: str) -> dict[str, Any]:
+    return {"field": field, "message": message}
