@@ -64,7 +64,8 @@ def canonical_scheme(name: str) -> str | None:
 def delivery_id_header(scheme: str) -> str | None:
     """The header carrying the provider's delivery id for ``scheme``, or None if it has none."""
     canonical = canonical_scheme(scheme)
-    return _SCHEMES[canonical].delivery_headers[0] if canonical else None
+    names = _SCHEMES[canonical].delivery_headers if canonical else ()
+    return names[0] if names else None
 
 
 def verify(
@@ -178,10 +179,11 @@ def _timestamp(raw: str) -> int:
     return int(raw)
 
 
-def _window(ts: float, now: float, tolerance: float, *, future: bool = True) -> None:
+def _window(ts: float, now: float, tolerance: float) -> None:
+    """Both directions: a far-future timestamp would otherwise stay replayable for longer."""
     if now - ts > tolerance:
         raise _Reject("timestamp too old")
-    if future and ts - now > tolerance:
+    if ts - now > tolerance:
         raise _Reject("timestamp in the future")
 
 
