@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,17 @@ SESSIONS: web.AppKey[async_sessionmaker[AsyncSession]] = web.AppKey("sessions")
 CLOCK = web.AppKey("clock", Clock)
 BOX = web.AppKey("box", SecretBox)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
+
+
+@dataclass
+class ReconcileTrigger:
+    """Lets ``POST /factory/{uid}/reconcile`` wake the reconciler loop of this process (if any)."""
+
+    source: str | None = None  # what the loop follows: a directory or "git URL@branch"
+    force: Callable[[], None] | None = None
+
+
+RECONCILE = web.AppKey("reconcile_trigger", ReconcileTrigger)
 
 
 def sessions(request: web.Request) -> async_sessionmaker[AsyncSession]:

@@ -21,6 +21,7 @@ from api.app import ROUTE_MODULES, Lifecycle, create_app
 from api.context import ServerSettings
 from api.ops import JsonAccessLogger
 from factoryctl.context import CliContext
+from factoryctl.reconcile_lifecycle import make_source, reconciler_lifecycle
 from store import apikeys
 from store.clock import SystemClock
 from store.crypto import SecretBox
@@ -75,7 +76,12 @@ class ServeOptions:
             delivery_retention_count=pick(args.delivery_retention_count, "DELIVERY_RETENTION_COUNT", 50, int),
             skills_source=pick(args.skills_source, "SKILLS_SOURCE", None),
         )
-        for name in ("delivery_rate_limit", "auth_failure_limit", "max_body_bytes", "delivery_retention_count"):
+        for name in (
+            "delivery_rate_limit",
+            "auth_failure_limit",
+            "max_body_bytes",
+            "delivery_retention_count",
+        ):
             if getattr(settings, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         workers = pick(args.workers, "WORKERS", 2, int)
@@ -138,9 +144,20 @@ async def bootstrap_admin_key(engine: AsyncEngine, data_dir: Path, team_name: st
 
 
 def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -> list[Lifecycle]:
-    """Background work that starts and stops with the app (filled in as subsystems land)."""
-    del options, engine, box
-    return []
+    """Background work that starts and stops with the app."""
+    del engine, box
+    out: list[Lifecycle] = []
+    made = make_source(
+        repo=options.repo,
+        git_url=options.git_url,
+        branch=options.branch,
+        poll_interval=options.poll_interval,
+        data_dir=options.settings.data_dir,
+    )
+    if made is not None:
+        source, label = made
+        out.append(reconciler_lifecycle(source, label, options.team))
+    return out
 
 
 async def run_server(ctx: CliContext, options: ServeOptions) -> int:
@@ -156,7 +173,9 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
     key_file = await bootstrap_admin_key(engine, settings.data_dir, options.team)
     if key_file is not None:
         print(f"created an admin API key: {key_file} (mode 0600)", file=sys.stderr, flush=True)
-    app = create_app(settings, engine, box, lifecycles=lifecycles_for(options, engine, box), route_modules=ROUTE_MODULES)
+    app = create_app(
+        settings, engine, box, lifecycles=lifecycles_for(options, engine, box), route_modules=ROUTE_MODULES
+    )
     runner = web.AppRunner(app, access_log_class=JsonAccessLogger, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
@@ -182,5 +201,3 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
         await runner.cleanup()
         await engine.dispose()
     return 0
-
-

@@ -1,0 +1,142 @@
+"""``make run``: the example factory, live on SQLite, in one command.
+
+Steps: validate ``example-factory/``; create the team secrets its webhooks name (generated values);
+apply the webhooks, so the service assigns their UIDs; copy the automations into a working copy of
+the factory with the example's placeholder UIDs replaced by the assigned ones (in a real repository
+you commit the UIDs that ``factoryctl apply`` printed); then ``serve --repo`` that working copy with
+two service-hosted ``echo`` workers, printing commands to post a delivery and see the run it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from factoryctl.context import CliContext
+from factoryctl.server import ADMIN_KEY_FILE, ServeOptions, bootstrap_admin_key, run_server
+from reconciler.loader import load
+from reconciler.rules import check
+from reconciler.service import reconcile
+from store import secrets as secret_store
+from store.clock import SystemClock
+from store.db import session_factory
+from store.models import Webhook
+from store.teams import ensure_team
+
+PLACEHOLDER = re.compile(r"\bwh_example[0-9a-z]*\b")
+
+
+def placeholder_uid(webhook_name: str) -> str:
+    """The UID the example's automation files use for a webhook before it is applied."""
+    return "wh_" + ("example" + webhook_name.replace("-", ""))[:26].ljust(26, "0")
+
+
+async def prepare(ctx: CliContext, example: Path, work: Path) -> dict[str, str]:
+    """Secrets, webhooks, working copy; returns webhook name -> (ingress URL, secret) info."""
+    loaded = load(example)
+    problems = loaded.diagnostics + (check(loaded.definition) if loaded.definition else [])
+    if problems or loaded.definition is None:
+        for d in problems:
+            print(d, file=sys.stderr)
+        raise SystemExit("example-factory does not validate")
+    print(f"validated {example} ({loaded.files} files): OK")
+    definition = loaded.definition
+    box, clock = ctx.secret_box(), SystemClock()
+    shown: dict[str, str] = {}
+    async with ctx.engine() as engine:
+        sessions = session_factory(engine)
+        async with sessions() as s, s.begin():
+            team = await ensure_team(s)
+            for hook in definition.webhooks:
+                if await secret_store.get(s, team.id, hook.secret_name) is None:
+                    value = secret_store.generate_value()
+                    await secret_store.create(s, box, clock, team.id, hook.secret_name, value)
+                    print(f"created team secret {hook.secret_name}")
+        # Phase 1: the webhooks alone, so that the service assigns their UIDs.
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(example, work, ignore=shutil.ignore_patterns("automations", "README.md"))
+        first = await reconcile(sessions, box, clock, team="default", root=work, revision=None)
+        if not first.ok:
+            raise SystemExit(f"applying the example webhooks failed: {first.error or first.diagnostics}")
+        async with sessions() as s:
+            rows = (await s.execute(Webhook.__table__.select().where(Webhook.deleted_at.is_(None)))).all()
+            uids = {r.name: r.uid for r in rows if r.factory_uid == first.factory_uid}
+            team = await ensure_team(s)
+            for name, uid in uids.items():
+                hook = next(h for h in definition.webhooks if h.name == name)
+                value, _ = await secret_store.reveal(s, box, team.id, hook.secret_name)
+                shown[name] = f"{uid} {hook.auth_mode} {value}"
+    # Phase 2: automations with the assigned UIDs.
+    mapping = {placeholder_uid(name): uid for name, uid in uids.items()}
+    for src in sorted((example / "automations").glob("*/automation.md")):
+        dest = work / "automations" / src.parent.name / "automation.md"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        text = PLACEHOLDER.sub(lambda m: mapping.get(m.group(0), m.group(0)), src.read_text())
+        dest.write_text(text)
+    for extra in ("environments",):
+        if (example / extra).is_dir():
+            shutil.copytree(example / extra, work / extra, dirs_exist_ok=True)
+    return shown
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="factoryctl-demo")
+    parser.add_argument("--data-dir", default=".factory/demo")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("example", nargs="?", default="example-factory")
+    args = parser.parse_args(argv)
+    ctx = CliContext.from_args(None, args.data_dir)
+    example = Path(args.example).resolve()
+    work = ctx.data_dir / "factory"
+    shown = asyncio.run(prepare(ctx, example, work))
+    key_file = asyncio.run(_admin_key(ctx))
+    base = f"http://127.0.0.1:{args.port}"
+    alerts = shown.get("alerts", "").split()
+    print("\n=== factoryctl demo ===")
+    print(f"definitions (watched; edit and save to re-apply): {work}")
+    print(f"admin API key file: {key_file}")
+    if len(alerts) == 3:
+        uid, _mode, token = alerts
+        print("\npost a sample delivery to the 'alerts' webhook (starts the nightly-report automation):")
+        print(
+            f"  curl -sS -X POST {base}/webhooks/w/{uid} -H 'Authorization: Bearer {token}' "
+            '-H \'X-Alert-Id: demo-1\' -d \'{"service": "api", "severity": "high"}\''
+        )
+    print("\nlist the runs it started (they complete through the echo harness):")
+    print(f'  curl -sS {base}/api/v1/agent/runs -H "Authorization: Bearer $(cat {key_file})"')
+    print("\nCtrl-C stops the server.\n", flush=True)
+    parsed = argparse.Namespace(
+        repo=str(work),
+        git=None,
+        branch="main",
+        poll_interval="30",
+        host=None,
+        port=args.port,
+        workers=None,
+        harness=None,
+        harness_command=None,
+        public_url=None,
+        delivery_rate_limit=None,
+        auth_failure_limit=None,
+        max_body_bytes=None,
+        delivery_retention_days=None,
+        delivery_retention_count=None,
+        skills_source=None,
+        team="default",
+    )
+    return asyncio.run(run_server(ctx, ServeOptions.from_args(ctx, parsed)))
+
+
+async def _admin_key(ctx: CliContext) -> Path:
+    path = ctx.data_dir / ADMIN_KEY_FILE
+    async with ctx.engine() as engine:
+        created = await bootstrap_admin_key(engine, ctx.data_dir, "default")
+    return created or path
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
