@@ -1,0 +1,1 @@
+"""Runs: the run state machine, run store functions, the queue and the run API routes."""
