@@ -15,14 +15,32 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api import ops
-from api.context import BOX, CLOCK, ENGINE, REGISTRY, SESSIONS, SETTINGS, ServerSettings
+from api.context import (
+    BOX,
+    CLOCK,
+    ENGINE,
+    RECONCILE,
+    REGISTRY,
+    SESSIONS,
+    SETTINGS,
+    ReconcileTrigger,
+    ServerSettings,
+)
 from api.problems import problem_middleware
 from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
 from store.db import session_factory
 
 # Each module exposes ``setup(app)`` adding its routes (and, if needed, its own cleanup_ctx).
-ROUTE_MODULES: tuple[str, ...] = ("api.ops",)
+ROUTE_MODULES: tuple[str, ...] = (
+    "api.ops",
+    "api.runs.routes",
+    "api.factories.routes",
+    "api.factories.reconcile",
+    "api.management",
+    "api.ingress.routes",
+    "api.workers.routes",
+)
 
 Lifecycle = Callable[[web.Application], AsyncIterator[None]]
 
@@ -48,6 +66,7 @@ def create_app(
     app[CLOCK] = clock or SystemClock()
     app[BOX] = box
     app[REGISTRY] = registry
+    app[RECONCILE] = ReconcileTrigger()
     app[ops.LATENCY] = latency
     for name in route_modules:
         importlib.import_module(name).setup(app)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from api.context import BOX, CLOCK, RECONCILE, SESSIONS, ReconcileTrigger
+from api.context import BOX, CLOCK, RECONCILE, SESSIONS
 from reconciler.loop import Source, follow
 from api.app import Lifecycle
 from reconciler.service import ReconcileOutcome, reconcile
@@ -33,7 +33,8 @@ def reconciler_lifecycle(source: Source, label: str, team: str, *, allow_empty: 
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         stop = asyncio.Event()
-        app[RECONCILE] = ReconcileTrigger(source=label, force=source.force.set)
+        trigger = app[RECONCILE]
+        trigger.source, trigger.force = label, source.force.set
 
         async def apply(snapshot: Snapshot) -> ReconcileOutcome:
             return await reconcile(

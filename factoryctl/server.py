@@ -52,6 +52,7 @@ class ServeOptions:
     workers: int = 2
     harness: str = "echo"
     harness_command: str | None = None
+    db_connect_attempts: int = 8
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -101,6 +102,7 @@ class ServeOptions:
             workers=workers,
             harness=harness,
             harness_command=command,
+            db_connect_attempts=max(1, int(env.get("FACTORY_DB_CONNECT_ATTEMPTS") or 8)),
         )
 
 
@@ -166,7 +168,7 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
     settings = options.settings
     try:
         box = ctx.secret_box()
-        engine = await connect_with_retry(ctx.database_url)
+        engine = await connect_with_retry(ctx.database_url, attempts=options.db_connect_attempts)
     except Exception as exc:  # noqa: BLE001 - a clear message instead of a traceback at startup
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,37 @@
+"""``POST /api/v1/factory/{uid}/reconcile``: re-apply a definitions-managed factory now.
+
+Wakes the reconciler loop of this process (``serve --repo`` / ``--git``), which re-reads its
+source and applies it even if the git revision did not move (a failed revision is otherwise not
+retried until a new commit). The apply itself is asynchronous: watch ``GET /factory/{uid}``.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from api import Conflict, ResourceUnavailable
+from api.auth import require
+from api.context import RECONCILE, sessions
+from api.factories.routes import load_factory
+from api.runs.routes import PREFIX
+
+
+async def force_reconcile(request: web.Request) -> web.Response:
+    who = await require(request, "admin")
+    async with sessions(request)() as session:
+        factory = await load_factory(session, who.team_id, request.match_info["uid"])
+    if factory.managed_by != "definitions":
+        raise Conflict("this factory is managed through the API; there are no definitions to reconcile")
+    trigger = request.app[RECONCILE]
+    if trigger.force is None:
+        raise ResourceUnavailable(
+            "this server follows no definitions source (start it with --repo or --git)", retryable=False
+        )
+    trigger.force()
+    return web.json_response(
+        {"factory_uid": factory.uid, "accepted": True, "source": trigger.source}, status=202
+    )
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post(PREFIX + "/factory/{uid}/reconcile", force_reconcile)

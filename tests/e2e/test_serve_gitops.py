@@ -1,0 +1,262 @@
+"""``factoryctl serve`` following a directory and a git branch: the GitOps loop end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import git
+import pytest
+
+pytestmark = pytest.mark.slow
+KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def env(**extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
+    return base | {"FACTORY_SECRET_KEY": KEY, "NO_COLOR": "1"} | extra
+
+
+def cli(data: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "factoryctl.cli", "--data-dir", str(data), *args],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        **kw,
+    )
+
+
+class Server:
+    def __init__(self, data: Path, *args: str, extra_env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = data / f"serve-{self.port}.log"
+        data.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "factoryctl.cli",
+                "--data-dir",
+                str(data),
+                "serve",
+                "--port",
+                str(self.port),
+                "--workers",
+                "0",
+                *args,
+            ],
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+            env=env(**(extra_env or {})),
+        )
+        self.key = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve exited: {self.log.read_text()}")
+            try:
+                urllib.request.urlopen(self.base + "/healthz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        self.key = (data / "admin.key").read_text().strip()
+
+    def get(self, path: str) -> Any:
+        req = urllib.request.Request(self.base + path, headers={"Authorization": f"Bearer {self.key}"})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return json.loads(resp.read())
+
+    def post(self, path: str, body: Any = None) -> tuple[int, Any]:
+        req = urllib.request.Request(
+            self.base + path,
+            data=json.dumps(body or {}).encode(),
+            method="POST",
+            headers={"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+    def factory(self, name: str) -> dict[str, Any] | None:
+        for f in self.get("/api/v1/factory")["factories"]:
+            if f["name"] == name:
+                return dict(self.get(f"/api/v1/factory/{f['uid']}"))
+        return None
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def wait_for(predicate: Any, timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def ready(factory: dict[str, Any] | None) -> str | None:
+    if not factory:
+        return None
+    for c in factory.get("conditions", []):
+        if c["type"] == "Ready":
+            return str(c["status"])
+    return None
+
+
+def write_tree(root: Path, description: str = "first") -> None:
+    (root / "webhooks").mkdir(parents=True, exist_ok=True)
+    (root / "factory.yaml").write_text(f"name: gitops\ndescription: {description}\n")
+    (root / "webhooks" / "alerts.yaml").write_text("secretName: hooks\n")
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    assert cli(data, "secrets", "create", "hooks", "--generate").returncode == 0
+    return data
+
+
+def test_directory_source_applies_edits_and_survives_broken_ones(tmp_path: Path, data: Path) -> None:
+    root = tmp_path / "factory"
+    write_tree(root)
+    server = Server(data, "--repo", str(root))
+    try:
+        factory = wait_for(lambda: server.factory("gitops"))
+        assert factory["description"] == "first" and ready(factory) == "True"
+        hook = factory["webhooks"][0]
+
+        (root / "factory.yaml").write_text("name: gitops\ndescription: second\n")
+        wait_for(lambda: (server.factory("gitops") or {}).get("description") == "second")
+
+        # A broken edit: reported with file:line, last good state keeps serving.
+        (root / "webhooks" / "alerts.yaml").write_text("secretName: [unclosed\n")
+        broken = wait_for(lambda: (f := server.factory("gitops")) and ready(f) == "False" and f)
+        message = next(c["message"] for c in broken["conditions"] if c["type"] == "Ready")
+        assert "alerts.yaml:" in message
+        assert [w["uid"] for w in broken["webhooks"]] == [hook["uid"]]
+        assert "alerts.yaml" in server.log.read_text()
+
+        # Fixing the file recovers without a restart.
+        (root / "webhooks" / "alerts.yaml").write_text("secretName: hooks\ndescription: fixed\n")
+        fixed = wait_for(lambda: (f := server.factory("gitops")) and ready(f) == "True" and f)
+        assert fixed["webhooks"][0]["uid"] == hook["uid"]
+
+        status, body = server.post(f"/api/v1/factory/{fixed['uid']}/reconcile")
+        assert status == 202 and body["accepted"] is True
+    finally:
+        server.stop()
+
+
+def commit(repo: git.Repo, message: str) -> str:
+    repo.git.add(A=True)
+    repo.index.commit(message, author=git.Actor("t", "t@example.com"))
+    return str(repo.head.commit.hexsha)
+
+
+def test_git_source_follows_branch_and_records_failed_revisions(tmp_path: Path, data: Path) -> None:
+    src = tmp_path / "src"
+    repo = git.Repo.init(src, initial_branch="production")
+    write_tree(src)
+    first = commit(repo, "first")
+    server = Server(data, "--git", str(src), "--branch", "production", "--poll-interval", "0.3")
+    try:
+        factory = wait_for(
+            lambda: (f := server.factory("gitops")) and f.get("last_applied_revision") == first and f
+        )
+        uid = factory["uid"]
+
+        (src / "webhooks" / "alerts.yaml").write_text("secretName: does-not-exist\n")
+        bad = commit(repo, "bad secret")
+        failed = wait_for(
+            lambda: (f := server.factory("gitops")) and f["last_attempted_revision"] == bad and f
+        )
+        assert failed["last_applied_revision"] == first
+        assert ready(failed) == "False"
+
+        # Force-push over the bad commit (amend): followed, applied.
+        (src / "webhooks" / "alerts.yaml").write_text("secretName: hooks\ndescription: amended\n")
+        repo.git.add(A=True)
+        repo.git.commit("--amend", "-m", "fixed", "--author", "t <t@example.com>")
+        fixed = str(repo.head.commit.hexsha)
+        done = wait_for(lambda: (f := server.factory("gitops")) and f["last_applied_revision"] == fixed and f)
+        assert done["uid"] == uid and ready(done) == "True"
+
+        # Deleting the branch: a clear error in the log, the last good state stays live.
+        repo.git.checkout("-b", "other")
+        repo.git.branch("-D", "production")
+        wait_for(lambda: "branch 'production' does not exist" in server.log.read_text())
+        assert server.factory("gitops")["last_applied_revision"] == fixed
+    finally:
+        server.stop()
+
+
+def test_unreachable_repository_is_reported_not_fatal(tmp_path: Path, data: Path) -> None:
+    server = Server(
+        data, "--git", str(tmp_path / "missing"), "--branch", "production", "--poll-interval", "0.3"
+    )
+    try:
+        wait_for(lambda: "cannot fetch" in server.log.read_text())
+        assert server.proc.poll() is None
+        assert server.get("/api/v1/factory")["factories"] == []
+    finally:
+        server.stop()
+
+
+def test_port_in_use_and_database_down(tmp_path: Path, data: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = cli(data, "serve", "--port", str(port), "--workers", "0")
+    assert result.returncode == 1
+    assert f"port {port}" in result.stderr and "already in use" in result.stderr
+
+    down = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "factoryctl.cli",
+            "--data-dir",
+            str(data),
+            "--database",
+            "postgresql://postgres@127.0.0.1:1/test",
+            "serve",
+            "--workers",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env=env(FACTORY_DB_CONNECT_ATTEMPTS="2"),
+    )
+    assert down.returncode == 1
+    assert "database unavailable after 2 attempts" in down.stderr
+    assert "Traceback" not in down.stderr
