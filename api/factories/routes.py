@@ -1,0 +1,222 @@
+"""Factory endpoints (DESIGN §7): list and get factories, create API-managed ones, dispatch to a foreman.
+
+Reads need ``member``; creating a factory needs ``admin``. A factory of another team is a 404.
+Dispatch (``POST /factory/{uid}/runs``) starts a FACTORY-sourced run for the factory's ``foreman``
+agent, on the factory's ``workerHost`` — it is the only way a factory is dispatched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy import and_, or_, select, tuple_
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import BadRequest, Conflict, ResourceNotFound, ValidationFailed
+from api.auth import require
+from api.context import CLOCK, SETTINGS, sessions
+from api.factories.serialize import factory_detail_json, factory_json
+from api.problems import field_error, read_json_object
+from api.runs import store as runs
+from api.runs.config import resolve_config
+from api.runs.pagination import Cursor, InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
+from api.runs.requests import MAX_PROMPT, MAX_TITLE, validate_metadata
+from api.runs.routes import PREFIX, creator_of
+from api.workers import wake_claimers
+from store import ids
+from store.models import ApplyRecord, Automation, Factory, Webhook
+
+FOREMAN = "foreman"
+MAX_NAME = 200
+
+
+async def load_factory(session: AsyncSession, team_id: str, uid: str) -> Factory:
+    row = await session.get(Factory, uid)
+    if row is None or row.team_id != team_id:
+        raise ResourceNotFound(f"factory {uid} does not exist")
+    return row
+
+
+async def list_factories(request: web.Request) -> web.Response:
+    """``GET /factory``: by name, keyset-paginated; ``search`` matches name or description."""
+    who = await require(request, "member")
+    try:
+        limit = parse_limit(request.query.get("limit"))
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    search = request.query.get("search") or None
+    fp = fingerprint({"list": "factories", "search": search})
+    stmt = select(Factory).where(Factory.team_id == who.team_id)
+    if search:
+        stmt = stmt.where(
+            or_(
+                Factory.name.icontains(search, autoescape=True),
+                Factory.description.icontains(search, autoescape=True),
+            )
+        )
+    raw = request.query.get("cursor")
+    if raw is not None:
+        try:
+            after = decode_cursor(raw, fp)
+        except InvalidCursor as exc:
+            raise BadRequest(f"cursor: {exc}") from None
+        stmt = stmt.where(tuple_(Factory.name, Factory.uid) > tuple_(after.value or "", after.row_id))
+    stmt = stmt.order_by(Factory.name, Factory.uid).limit(limit + 1)
+    async with sessions(request)() as session:
+        rows = list((await session.execute(stmt)).scalars())
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_cursor(Cursor(value=rows[-1].name, row_id=rows[-1].uid), fp)
+    return web.json_response(
+        {
+            "factories": [factory_json(r) for r in rows],
+            "page_info": {"has_next_page": next_cursor is not None, "next_cursor": next_cursor},
+        }
+    )
+
+
+async def get_factory(request: web.Request) -> web.Response:
+    """``GET /factory/{uid}``: the factory with its live webhooks, automations and last apply."""
+    who = await require(request, "member")
+    uid = request.match_info["uid"]
+    async with sessions(request)() as session:
+        row = await load_factory(session, who.team_id, uid)
+        hooks = (
+            await session.execute(
+                select(Webhook)
+                .where(and_(Webhook.factory_uid == uid, Webhook.deleted_at.is_(None)))
+                .order_by(Webhook.name)
+            )
+        ).scalars()
+        autos = (
+            await session.execute(
+                select(Automation).where(Automation.factory_uid == uid).order_by(Automation.name)
+            )
+        ).scalars()
+        last = (
+            await session.execute(
+                select(ApplyRecord)
+                .where(ApplyRecord.factory_uid == uid, ApplyRecord.team_id == who.team_id)
+                .order_by(ApplyRecord.started_at.desc(), ApplyRecord.id.desc())
+                .limit(1)
+            )
+        ).scalar_one_or_none()
+        body = factory_detail_json(row, list(hooks), list(autos), last, request.app[SETTINGS].base_url)
+    return web.json_response(body)
+
+
+def _optional_string(body: dict[str, Any], name: str, limit: int, errors: list[dict[str, Any]]) -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        errors.append(field_error(name, "must be a string"))
+        return None
+    if len(value) > limit:
+        errors.append(field_error(name, f"must be at most {limit} characters"))
+    return value.strip() or None
+
+
+def _raise_errors(errors: list[dict[str, Any]]) -> None:
+    if errors:
+        raise ValidationFailed(f"{errors[0]['field']}: {errors[0]['message']}", errors=errors)
+
+
+async def create_factory(request: web.Request) -> web.Response:
+    """``POST /factory`` (admin): an API-managed factory with a ``foreman`` agent; 409 on a taken name."""
+    who = await require(request, "admin")
+    body = await read_json_object(request, max_bytes=65_536)
+    errors: list[dict[str, Any]] = []
+    name = body.get("name")
+    if not isinstance(name, str) or not name.strip():
+        errors.append(field_error("name", "is required (a non-empty string)"))
+    elif len(name.strip()) > MAX_NAME or not name.strip().isprintable():
+        errors.append(field_error("name", f"must be printable and at most {MAX_NAME} characters"))
+    worker_host = _optional_string(body, "worker_host", 200, errors)
+    description = _optional_string(body, "description", 10_000, errors)
+    _raise_errors(errors)
+    assert isinstance(name, str)
+    now = request.app[CLOCK].now()
+    row = Factory(
+        uid=ids.new_id(ids.FACTORY),
+        team_id=who.team_id,
+        name=name.strip(),
+        description=description,
+        worker_host=worker_host,
+        managed_by="api",
+        agents={FOREMAN: {}},
+        conditions=[],
+        created_at=now,
+        updated_at=now,
+    )
+    try:
+        async with sessions(request)() as session, session.begin():
+            session.add(row)
+    except IntegrityError:
+        raise Conflict(f"a factory named {name.strip()!r} already exists") from None
+    return web.json_response(factory_json(row), status=201)
+
+
+def dispatch_prompt(prompt: str, ticket_ref: str | None, ticket_url: str | None) -> str:
+    """The foreman's prompt: the caller's prompt, then the ticket it concerns (when given)."""
+    ticket = " ".join(part for part in (ticket_ref, ticket_url) if part)
+    return f"{prompt.rstrip()}\n\nTicket: {ticket}" if ticket else prompt
+
+
+async def dispatch_factory_run(request: web.Request) -> web.Response:
+    """``POST /factory/{uid}/runs``: start a run of the factory's foreman on its worker host."""
+    who = await require(request, "member")
+    body = await read_json_object(request, max_bytes=1_048_576)
+    errors: list[dict[str, Any]] = []
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        errors.append(field_error("prompt", "is required (a non-empty string)"))
+    elif len(prompt) > MAX_PROMPT:
+        errors.append(field_error("prompt", f"must be at most {MAX_PROMPT} characters"))
+    title = _optional_string(body, "title", MAX_TITLE, errors)
+    ticket_ref = _optional_string(body, "ticket_ref", 256, errors)
+    ticket_url = _optional_string(body, "ticket_url", 256, errors)
+    metadata = {k: v for k, v in (("ticket_ref", ticket_ref), ("ticket_url", ticket_url)) if v}
+    errors += validate_metadata(metadata)
+    _raise_errors(errors)
+    assert isinstance(prompt, str)
+    async with sessions(request)() as session, session.begin():
+        factory = await load_factory(session, who.team_id, request.match_info["uid"])
+        agents = factory.agents or {}
+        defaults = agents.get(FOREMAN) if isinstance(agents.get(FOREMAN), dict) else None
+        config = resolve_config(None, None, defaults, None)
+        if factory.worker_host:
+            config["worker_host"] = factory.worker_host
+        run = await runs.create_run(
+            session,
+            request.app[CLOCK],
+            team_id=who.team_id,
+            prompt=dispatch_prompt(prompt, ticket_ref, ticket_url),
+            title=title or (f"{ticket_ref}: {runs.default_title(prompt)}" if ticket_ref else None),
+            agent_config=config,
+            source="FACTORY",
+            creator=creator_of(who),
+            metadata=metadata,
+            attachments=[],
+            factory_uid=factory.uid,
+        )
+    wake_claimers(request.app)
+    return web.json_response(
+        {
+            "factory_uid": factory.uid,
+            "foreman_agent": FOREMAN,
+            "run_id": run.run_id,
+            "state": run.state,
+            "ticket_ref": ticket_ref,
+        }
+    )
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get(f"{PREFIX}/factory", list_factories)
+    app.router.add_post(f"{PREFIX}/factory", create_factory)
+    app.router.add_get(PREFIX + "/factory/{uid}", get_factory)
+    app.router.add_post(PREFIX + "/factory/{uid}/runs", dispatch_factory_run)

@@ -1,0 +1,89 @@
+"""Factory, webhook, automation and apply-record rows as the wire objects of DESIGN §7."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from store.clock import rfc3339
+from store.models import ApplyRecord, Automation, Factory, Webhook
+
+TOKEN_PLACEHOLDER = "{token}"  # noqa: S105 - a literal placeholder, not a credential
+
+
+def factory_json(row: Factory) -> dict[str, Any]:
+    return {
+        "uid": row.uid,
+        "name": row.name,
+        "description": row.description,
+        "managed_by": row.managed_by,
+        "worker_host": row.worker_host,
+        "last_applied_revision": row.last_applied_revision,
+        "last_attempted_revision": row.last_attempted_revision,
+        "conditions": list(row.conditions or []),
+        "created_at": rfc3339(row.created_at),
+        "updated_at": rfc3339(row.updated_at),
+    }
+
+
+def ingress_url(base_url: str, uid: str, auth_mode: str) -> str:
+    """Where senders POST: ``<base>/webhooks/w/<uid>``, plus ``/{token}`` for ``url_token`` webhooks.
+
+    The token itself is a credential and is never part of a stored or listed URL.
+    """
+    url = f"{base_url.rstrip('/')}/webhooks/w/{uid}"
+    return f"{url}/{TOKEN_PLACEHOLDER}" if auth_mode == "url_token" else url
+
+
+def webhook_json(row: Webhook, base_url: str) -> dict[str, Any]:
+    return {
+        "uid": row.uid,
+        "name": row.name,
+        "factory_uid": row.factory_uid,
+        "auth_mode": row.auth_mode,
+        "signature_scheme": row.signature_scheme,
+        "secret_name": row.secret_name,
+        "delivery_id_header": row.delivery_id_header,
+        "enabled": row.enabled,
+        "ingress_url": ingress_url(base_url, row.uid, row.auth_mode),
+        "managed_by": row.managed_by,
+        "created_at": rfc3339(row.created_at),
+        "updated_at": rfc3339(row.updated_at),
+    }
+
+
+def automation_json(row: Automation) -> dict[str, Any]:
+    return {
+        "uid": row.uid,
+        "name": row.name,
+        "enabled": row.enabled,
+        "agent": row.agent,
+        "triggers": list(row.triggers or []),
+        "definition_path": row.definition_path,
+    }
+
+
+def apply_json(row: ApplyRecord | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {
+        "revision": row.revision,
+        "outcome": row.outcome,
+        "started_at": rfc3339(row.started_at),
+        "duration_ms": row.duration_ms,
+        "summary": row.summary or {},
+        "errors": list(row.errors or []),
+    }
+
+
+def factory_detail_json(
+    row: Factory,
+    webhooks: list[Webhook],
+    automations: list[Automation],
+    last_apply: ApplyRecord | None,
+    base_url: str,
+) -> dict[str, Any]:
+    out = factory_json(row)
+    out["webhooks"] = [webhook_json(w, base_url) for w in webhooks]
+    out["automations"] = [automation_json(a) for a in automations]
+    out["last_apply"] = apply_json(last_apply)
+    return out

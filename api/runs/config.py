@@ -1,0 +1,185 @@
+"""AmbientAgentConfig: resolution across layers and validation of what callers send (DESIGN §7a).
+
+Resolution is key by key: the run request's ``config`` wins over the automation's ``config``, which
+wins over the factory agent's defaults (``factory.yaml`` ``agents.<name>``), which win over server
+defaults. A key whose value is ``null`` counts as absent in that layer (it does not clear a lower
+layer). The nested maps ``mcp_servers`` and ``harness`` are replaced whole, never merged: a layer
+that names MCP servers names all of them, so a run never gets a server its caller did not see.
+
+Validation rejects unknown keys (422, listing the allowed ones): top-level request fields are
+ignored when unknown, but a misspelt config key (``model`` for ``model_id``) silently running with
+defaults is worse than an error. Only the request layer is validated here; the other layers were
+checked when their definitions applied, and unknown keys in them are dropped on resolution.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+CONFIG_KEYS = (
+    "name",
+    "model_id",
+    "base_prompt",
+    "environment_id",
+    "worker_host",
+    "skill_spec",
+    "mcp_servers",
+    "harness",
+)
+HARNESS_TYPES = ("echo", "command")
+SERVICE_HOSTED = "warp"  # the literal worker_host that means "service-hosted workers"
+
+_SHORT_KEYS = {"name": 200, "model_id": 200, "environment_id": 200, "worker_host": 200}
+_SKILL_SPEC = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+:[^\s:][^:]*$")
+_MCP_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_TRANSPORTS = {"command": ("args", "env"), "url": ("headers",), "warp_id": ()}
+MAX_BASE_PROMPT = 100_000
+MAX_MCP_SERVERS = 50
+
+
+def resolve_config(
+    request: Mapping[str, Any] | None,
+    automation: Mapping[str, Any] | None,
+    agent_defaults: Mapping[str, Any] | None,
+    server_defaults: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The effective config: for each known key, the first layer that sets it (non-null) wins."""
+    layers = [layer for layer in (request, automation, agent_defaults, server_defaults) if layer]
+    resolved: dict[str, Any] = {}
+    for key in CONFIG_KEYS:
+        for layer in layers:
+            value = layer.get(key)
+            if value is not None:
+                resolved[key] = _copy(value)
+                break
+    return resolved
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def validate_config(obj: Any, *, field: str = "config") -> list[dict[str, Any]]:
+    """Field errors (``{field, message}``) of a request's AmbientAgentConfig; empty when valid."""
+    if obj is None:
+        return []
+    if not isinstance(obj, Mapping):
+        return [_err(field, "must be an object")]
+    errors: list[dict[str, Any]] = []
+    for key in obj:
+        if key not in CONFIG_KEYS:
+            errors.append(_err(f"{field}.{key}", f"unknown config key; allowed: {', '.join(CONFIG_KEYS)}"))
+    for key, limit in _SHORT_KEYS.items():
+        errors += _check_string(obj.get(key), f"{field}.{key}", max_len=limit)
+    errors += _check_string(obj.get("base_prompt"), f"{field}.base_prompt", max_len=MAX_BASE_PROMPT)
+    skill = obj.get("skill_spec")
+    skill_errors = _check_string(skill, f"{field}.skill_spec", max_len=500)
+    if not skill_errors and skill is not None and not _SKILL_SPEC.match(skill):
+        skill_errors.append(
+            _err(f"{field}.skill_spec", "must be 'owner/repo:skill-name' or 'owner/repo:path/to/SKILL.md'")
+        )
+    errors += skill_errors
+    errors += validate_mcp_servers(obj.get("mcp_servers"), field=f"{field}.mcp_servers")
+    errors += _check_harness(obj.get("harness"), f"{field}.harness")
+    return errors
+
+
+def validate_skill_spec(value: str) -> bool:
+    return bool(_SKILL_SPEC.match(value))
+
+
+def validate_mcp_servers(value: Any, *, field: str = "mcp_servers") -> list[dict[str, Any]]:
+    """A map of name -> MCPServerConfig with exactly one transport: command, url or warp_id."""
+    if value is None:
+        return []
+    if not isinstance(value, Mapping):
+        return [_err(field, "must be an object mapping server names to MCPServerConfig")]
+    if len(value) > MAX_MCP_SERVERS:
+        return [_err(field, f"at most {MAX_MCP_SERVERS} servers")]
+    errors: list[dict[str, Any]] = []
+    for name, server in value.items():
+        where = f"{field}.{name}"
+        if not _MCP_NAME.match(str(name)):
+            errors.append(_err(where, "server names must match [A-Za-z0-9._-]{1,64}"))
+            continue
+        errors += _check_mcp_server(server, where)
+    return errors
+
+
+def _check_mcp_server(server: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(server, Mapping):
+        return [_err(where, "must be an object: {command, args?, env?} | {url, headers?} | {warp_id}")]
+    present = [t for t in _TRANSPORTS if t in server]
+    if len(present) != 1:
+        found = ", ".join(present) if present else "none"
+        return [_err(where, f"exactly one transport of command, url, warp_id is required (found: {found})")]
+    transport = present[0]
+    allowed = {transport, *_TRANSPORTS[transport]}
+    errors = [
+        _err(
+            f"{where}.{key}",
+            f"not allowed with the {transport!r} transport; allowed: {', '.join(sorted(allowed))}",
+        )
+        for key in server
+        if key not in allowed
+    ]
+    errors += _check_string(server.get(transport), f"{where}.{transport}", max_len=2000, required=True)
+    if (
+        transport == "url"
+        and isinstance(server.get("url"), str)
+        and not server["url"].startswith(("http://", "https://"))
+    ):
+        errors.append(_err(f"{where}.url", "must be an http:// or https:// URL"))
+    args = server.get("args")
+    if args is not None and (not isinstance(args, list) or not all(isinstance(a, str) for a in args)):
+        errors.append(_err(f"{where}.args", "must be a list of strings"))
+    for key in ("env", "headers"):
+        mapping = server.get(key)
+        if mapping is not None and (
+            not isinstance(mapping, Mapping) or not all(isinstance(v, str) for v in mapping.values())
+        ):
+            errors.append(_err(f"{where}.{key}", "must be an object of string values"))
+    return errors
+
+
+def _check_harness(value: Any, where: str) -> list[dict[str, Any]]:
+    # Only the harness *type* may be chosen per run: the command a worker executes is the worker's
+    # own configuration, so an API caller can never make a worker run an arbitrary program.
+    if value is None:
+        return []
+    if not isinstance(value, Mapping):
+        return [_err(where, "must be an object {type: echo|command}")]
+    errors = [_err(f"{where}.{key}", "unknown harness key; allowed: type") for key in value if key != "type"]
+    if value.get("type") not in HARNESS_TYPES:
+        errors.append(_err(f"{where}.type", f"must be one of {', '.join(HARNESS_TYPES)}"))
+    return errors
+
+
+def _check_string(value: Any, where: str, *, max_len: int, required: bool = False) -> list[dict[str, Any]]:
+    if value is None:
+        return [_err(where, "is required")] if required else []
+    if not isinstance(value, str):
+        return [_err(where, "must be a string")]
+    if not value.strip():
+        return [_err(where, "must not be empty")]
+    if len(value) > max_len:
+        return [_err(where, f"must be at most {max_len} characters")]
+    return []
+
+
+def _err(field: str, message: str) -> dict[str, Any]:
+    return {"field": field, "message": message}
+
+
+def worker_host_of(value: str | None) -> str:
+    """The stored worker host: ``""`` (service-hosted) for None, empty or the literal ``warp``."""
+    if value is None:
+        return ""
+    value = value.strip()
+    return "" if value in ("", SERVICE_HOSTED) else value

@@ -1,0 +1,91 @@
+"""Opaque keyset cursors shared by every list endpoint.
+
+A cursor is base64url (no padding) of a compact JSON object ``{"v": <sort key of the last row>,
+"id": <its id>, "f": <fingerprint>}``. The fingerprint is a short hash of the sort and the filters
+the page was listed with: a cursor replayed with other filters or another sort would skip or repeat
+rows, so it is refused (400) instead. Cursors are not signed: they only narrow a query that is
+always scoped to the caller's team, so a forged cursor can reveal nothing a caller could not list.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MAX_CURSOR_LENGTH = 2048
+
+
+class InvalidCursor(ValueError):
+    """The cursor is malformed, or belongs to a listing with other filters or another sort."""
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Position after the last row of a page: its sort key value (None allowed) and its id."""
+
+    value: str | None
+    row_id: str
+
+
+def fingerprint(params: Mapping[str, Any]) -> str:
+    """A stable 16-hex digest of the listing parameters (order of keys and of lists is ignored)."""
+    canonical = {k: sorted(v) if isinstance(v, list | tuple | set) else v for k, v in params.items()}
+    data = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()[:16]
+
+
+def encode_cursor(cursor: Cursor, fp: str) -> str:
+    data = json.dumps({"v": cursor.value, "id": cursor.row_id, "f": fp}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(data.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def decode_cursor(raw: str, fp: str) -> Cursor:
+    """Parse a cursor made by :func:`encode_cursor` for the same fingerprint, or raise InvalidCursor."""
+    if not raw or len(raw) > MAX_CURSOR_LENGTH:
+        raise InvalidCursor("cursor is empty or too long")
+    try:
+        data = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise InvalidCursor("cursor is not valid; pass next_cursor from a previous page unchanged") from None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("id"), str)
+        or not isinstance(data.get("f"), str)
+        or not (data.get("v") is None or isinstance(data.get("v"), str))
+    ):
+        raise InvalidCursor("cursor is not valid; pass next_cursor from a previous page unchanged")
+    if data["f"] != fp:
+        raise InvalidCursor("cursor belongs to a listing with other filters or another sort order")
+    return Cursor(value=data["v"], row_id=data["id"])
+
+
+def timestamp_key(value: dt.datetime) -> str:
+    """Exact (microsecond) UTC form of a timestamp sort key; RFC 3339 output is only milliseconds."""
+    return value.astimezone(dt.UTC).isoformat(timespec="microseconds")
+
+
+def parse_timestamp_key(value: str | None) -> dt.datetime:
+    if value is None:
+        raise InvalidCursor("cursor is not valid for a timestamp sort")
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidCursor("cursor is not valid for a timestamp sort") from None
+    if parsed.tzinfo is None:
+        raise InvalidCursor("cursor is not valid for a timestamp sort")
+    return parsed.astimezone(dt.UTC)
+
+
+def parse_limit(raw: str | None, *, default: int = 20, maximum: int = 500) -> int:
+    """``limit`` query parameter: an integer 1..maximum; ValueError with a message otherwise."""
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 6 or not 1 <= int(raw) <= maximum:
+        raise ValueError(f"limit must be an integer between 1 and {maximum}")
+    return int(raw)

@@ -1,0 +1,132 @@
+"""Fixtures for API tests: the real app on a real database, API keys per role, an HTTP client.
+
+``api_app`` is :func:`api.app.create_app` with every route module of ``ROUTE_MODULES`` and
+``public_url=http://factory.test`` (so ingress URLs are predictable). ``make_key(role, team=...)``
+creates keys in any team; ``admin_key``/``member_key``/``worker_key`` are keys of the default team,
+``other_team_key`` a member key of a second team (for "another team's resource is a 404" tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from api.app import ROUTE_MODULES, create_app
+from api.context import ServerSettings
+from store import apikeys
+from store.clock import Clock, SystemClock
+from store.crypto import SecretBox
+from store.teams import ensure_team
+
+PUBLIC_URL = "http://factory.test"
+MakeKey = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+def api_settings(tmp_path: Path) -> ServerSettings:
+    return ServerSettings(data_dir=tmp_path, public_url=PUBLIC_URL, max_attachment_bytes=4096)
+
+
+@pytest.fixture
+def api_app(api_settings: ServerSettings, engine: AsyncEngine, box: SecretBox) -> web.Application:
+    return create_app(api_settings, engine, box, route_modules=ROUTE_MODULES)
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, api_app: web.Application) -> TestClient[Any, Any]:
+    result: TestClient[Any, Any] = await aiohttp_client(api_app)
+    return result
+
+
+@pytest.fixture
+def make_key(sessions: async_sessionmaker[AsyncSession]) -> MakeKey:
+    """``await make_key("member", team="default", worker_hosts=None, name=None)`` -> plaintext key."""
+
+    async def make(
+        role: str, *, team: str = "default", worker_hosts: list[str] | None = None, name: str | None = None
+    ) -> str:
+        async with sessions() as s, s.begin():
+            row = await ensure_team(s, team)
+            _key, plaintext = await apikeys.create_key(
+                s, SystemClock(), row.id, name or f"{role} key", role, worker_hosts
+            )
+        return plaintext
+
+    return make
+
+
+@pytest.fixture
+async def team_id(sessions: async_sessionmaker[AsyncSession]) -> str:
+    """Id of the default team (created if needed)."""
+    async with sessions() as s, s.begin():
+        return (await ensure_team(s)).id
+
+
+@pytest.fixture
+async def admin_key(make_key: MakeKey) -> str:
+    return await make_key("admin")
+
+
+@pytest.fixture
+async def member_key(make_key: MakeKey) -> str:
+    return await make_key("member")
+
+
+@pytest.fixture
+async def worker_key(make_key: MakeKey) -> str:
+    return await make_key("worker", worker_hosts=["host-a"])
+
+
+@pytest.fixture
+async def other_team_key(make_key: MakeKey) -> str:
+    return await make_key("member", team="other-team")
+
+
+SeedRun = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+def seed_run(sessions: async_sessionmaker[AsyncSession]) -> SeedRun:
+    """``await seed_run(team="default", clock=None, prompt=..., **columns)`` -> run id.
+
+    Inserts a run through :func:`api.runs.store.create_run` (optionally at a ManualClock's time),
+    then overwrites any given Run columns (``state``, ``factory_uid``...) directly, as a worker would.
+    """
+    from api.runs.store import Creator, create_run
+
+    async def seed(
+        *,
+        team: str = "default",
+        clock: Clock | None = None,
+        prompt: str = "seeded prompt",
+        title: str | None = None,
+        agent_config: dict[str, Any] | None = None,
+        source: str = "API",
+        creator_uid: str = "key_seed",
+        **columns: Any,
+    ) -> str:
+        async with sessions() as s, s.begin():
+            row = await ensure_team(s, team)
+            run = await create_run(
+                s,
+                clock or SystemClock(),
+                team_id=row.id,
+                prompt=prompt,
+                title=title,
+                agent_config=agent_config or {},
+                source=source,
+                creator=Creator("service_account", creator_uid, "seed"),
+                metadata={},
+                attachments=[],
+            )
+            for name, value in columns.items():
+                setattr(run, name, value)
+            return run.run_id
+
+    return seed
