@@ -13,7 +13,7 @@ from api import AuthenticationRequired, NotAuthorized
 from api.context import CLOCK, SESSIONS
 from store.apikeys import Principal, authenticate
 
-PRINCIPAL = "factoryctl.principal"
+PRINCIPAL = web.RequestKey("principal", Principal)
 _RANK = {"worker": 0, "member": 1, "admin": 2}
 
 
@@ -28,7 +28,7 @@ def bearer_token(request: web.Request) -> str | None:
 async def principal(request: web.Request) -> Principal:
     """The authenticated caller (cached on the request)."""
     cached = request.get(PRINCIPAL)
-    if isinstance(cached, Principal):
+    if cached is not None:
         return cached
     token = bearer_token(request)
     if token is None:

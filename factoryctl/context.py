@@ -9,10 +9,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from typing import TYPE_CHECKING
 
-from store.crypto import SecretBox, load_or_create_key_file
-from store.db import create_engine, migrate
+if TYPE_CHECKING:  # imported lazily: client-only commands should not pay for SQLAlchemy/Alembic
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from store.crypto import SecretBox
 
 
 @dataclass
@@ -22,13 +24,17 @@ class CliContext:
     env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_args(cls, database: str | None, data_dir: str | None, env: dict[str, str] | None = None) -> CliContext:
+    def from_args(
+        cls, database: str | None, data_dir: str | None, env: dict[str, str] | None = None
+    ) -> CliContext:
         env = dict(os.environ if env is None else env)
         ddir = Path(data_dir or env.get("FACTORY_DATA_DIR") or "./.factory").resolve()
         url = database or env.get("FACTORY_DATABASE_URL") or f"sqlite+aiosqlite:///{ddir / 'factory.db'}"
         return cls(data_dir=ddir, database_url=url, env=env)
 
     def secret_box(self) -> SecretBox:
+        from store.crypto import SecretBox, load_or_create_key_file
+
         setting = self.env.get("FACTORY_SECRET_KEY")
         if setting:
             return SecretBox.from_setting(setting)
@@ -36,6 +42,8 @@ class CliContext:
 
     @asynccontextmanager
     async def engine(self, *, migrate_schema: bool = True) -> AsyncIterator[AsyncEngine]:
+        from store.db import create_engine, migrate
+
         engine = create_engine(self.database_url)
         try:
             if migrate_schema:

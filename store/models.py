@@ -301,6 +301,7 @@ class Run(Base):
         # Keyset pagination indexes: (team, sort key, run_id) with and without state.
         Index("ix_runs_team_updated", "team_id", "updated_at", "run_id"),
         Index("ix_runs_team_created", "team_id", "created_at", "run_id"),
+        Index("ix_runs_team_title", "team_id", "title", "run_id"),
         Index("ix_runs_team_state_updated", "team_id", "state", "updated_at", "run_id"),
         # Claim queue: oldest QUEUED run for a worker host.
         Index("ix_runs_queue", "state", "worker_host", "queued_at"),
@@ -355,7 +356,7 @@ class RunFollowup(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"), index=True)
     message: Mapped[str] = mapped_column(Text)
     mode: Mapped[str | None] = mapped_column(String(40))
-    outcome: Mapped[str] = mapped_column(String(40))  # delivered | queued
+    outcome: Mapped[str] = mapped_column(String(40))  # queued | delivered | requeued
     created_at: Mapped[dt.datetime]
     delivered_at: Mapped[dt.datetime | None]
 

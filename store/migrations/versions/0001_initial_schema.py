@@ -1,15 +1,15 @@
 """initial schema
 
-Revision ID: 2c2ff6078d9f
+Revision ID: 0001
 Revises: 
-Create Date: 2026-11-21 22:45:12.871639
+Create Date: 2026-11-21 23:55:03.364576
 """
 from alembic import op
 import sqlalchemy as sa
 import store.models
 
 
-revision = '2c2ff6078d9f'
+revision = '0001'
 down_revision = None
 branch_labels = None
 depends_on = None
@@ -150,6 +150,7 @@ def upgrade() -> None:
         batch_op.create_index('ix_runs_queue', ['state', 'worker_host', 'queued_at'], unique=False)
         batch_op.create_index('ix_runs_team_created', ['team_id', 'created_at', 'run_id'], unique=False)
         batch_op.create_index('ix_runs_team_state_updated', ['team_id', 'state', 'updated_at', 'run_id'], unique=False)
+        batch_op.create_index('ix_runs_team_title', ['team_id', 'title', 'run_id'], unique=False)
         batch_op.create_index('ix_runs_team_updated', ['team_id', 'updated_at', 'run_id'], unique=False)
         batch_op.create_index('uq_runs_automation_delivery', ['automation_id', 'webhook_uid', 'delivery_id'], unique=True, sqlite_where=sa.text('delivery_id IS NOT NULL'), postgresql_where=sa.text('delivery_id IS NOT NULL'))
 
@@ -321,6 +322,7 @@ def downgrade() -> None:
     with op.batch_alter_table('runs', schema=None) as batch_op:
         batch_op.drop_index('uq_runs_automation_delivery', sqlite_where=sa.text('delivery_id IS NOT NULL'), postgresql_where=sa.text('delivery_id IS NOT NULL'))
         batch_op.drop_index('ix_runs_team_updated')
+        batch_op.drop_index('ix_runs_team_title')
         batch_op.drop_index('ix_runs_team_state_updated')
         batch_op.drop_index('ix_runs_team_created')
         batch_op.drop_index('ix_runs_queue')
