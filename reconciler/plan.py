@@ -1,0 +1,295 @@
+"""Plan: what applying a factory's definition files would change in the store.
+
+Pure code (no I/O): :func:`diff` compares a :class:`FactoryDefinition` with a :class:`StoreState`
+(read by :func:`reconciler.apply.read_state`) and returns a :class:`Plan`, which renders as the text
+of DESIGN §4 rule 8 or as stable JSON. The same plan object drives :func:`reconciler.apply.apply_plan`,
+so what ``plan`` prints is exactly what ``apply`` does.
+
+Identity: the factory is (team, ``name``); webhooks and environments are keyed by file stem and
+automations by directory name. A removed name and an added name whose specs are identical are shown
+as one ``-/+`` replace (a rename: new UID, and for webhooks a new URL).
+
+Secret values never appear: a webhook's ``secret_name`` change shows the names, and a newer version of
+its secret (a rotation not yet picked up, DESIGN §4.10) shows ``secret_version`` with version numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from reconciler.specs import FactoryDefinition, digest
+
+Kind = Literal["factory", "webhook", "environment", "automation"]
+Action = Literal["create", "update", "delete", "replace"]
+
+KIND_ORDER: tuple[Kind, ...] = ("factory", "webhook", "environment", "automation")
+UID_PREFIX: dict[str, str] = {"factory": "fa", "webhook": "wh", "environment": "env", "automation": "au"}
+SECRET_FIELDS = frozenset({"secret_name", "secret_version"})
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One live object as the store holds it; ``fields`` has the keys of the matching spec's ``fields()``."""
+
+    uid: str
+    name: str
+    fields: dict[str, Any]
+    spec_digest: str | None = None
+    secret_version: int | None = None  # webhooks: the captured secret version
+
+
+@dataclass(frozen=True)
+class StoreState:
+    """What the store holds for one factory, plus the team facts a plan needs."""
+
+    factory: StoredObject | None = None
+    managed_by: str | None = None
+    webhooks: Mapping[str, StoredObject] = field(default_factory=dict)
+    automations: Mapping[str, StoredObject] = field(default_factory=dict)
+    environments: Mapping[str, StoredObject] = field(default_factory=dict)
+    secret_versions: Mapping[str, int] = field(default_factory=dict)  # team secret name -> current version
+    taken_environments: Mapping[str, str] = field(default_factory=dict)  # env name -> owner, other factories
+
+    def objects(self, kind: Kind) -> Mapping[str, StoredObject]:
+        if kind == "webhook":
+            return self.webhooks
+        if kind == "automation":
+            return self.automations
+        if kind == "environment":
+            return self.environments
+        return {self.factory.name: self.factory} if self.factory else {}
+
+
+@dataclass(frozen=True)
+class Change:
+    """One line of a plan. ``uid`` is None for objects that get their UID on apply."""
+
+    action: Action
+    kind: Kind
+    name: str
+    uid: str | None = None
+    fields: tuple[str, ...] = ()
+    old_name: str | None = None  # replace: the removed name
+    old_uid: str | None = None  # replace: the removed object's UID
+    details: tuple[tuple[str, str], ...] = ()  # field -> "old -> new" for secret fields (names, versions)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "action": self.action,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "fields": list(self.fields),
+        }
+        if self.action == "replace":
+            out["old_name"] = self.old_name
+            out["old_uid"] = self.old_uid
+        return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    factory_name: str
+    factory_uid: str | None
+    changes: tuple[Change, ...] = ()
+    managed_by: str | None = None
+    # Every webhook the definition declares -> its UID (None until the apply that creates it).
+    webhooks: tuple[tuple[str, str | None], ...] = ()
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.changes)
+
+    def summary(self) -> dict[str, int]:
+        """Terraform counting: a replace is one add and one destroy."""
+        add = sum(c.action in ("create", "replace") for c in self.changes)
+        change = sum(c.action == "update" for c in self.changes)
+        destroy = sum(c.action in ("delete", "replace") for c in self.changes)
+        return {"add": add, "change": change, "destroy": destroy}
+
+    def digest(self) -> str:
+        """Identifies what this plan would do (used to check an approved plan is still the plan)."""
+        return digest([c.to_json() | {"details": list(c.details)} for c in self.changes])
+
+    def with_uids(self, assigned: Mapping[tuple[str, str], str]) -> Plan:
+        """The plan after apply: UIDs minted by apply, keyed by (kind, name), filled in."""
+        changes = tuple(
+            replace(c, uid=assigned.get((c.kind, c.name), c.uid)) if c.uid is None else c
+            for c in self.changes
+        )
+        factory_uid = self.factory_uid or assigned.get(("factory", self.factory_name))
+        webhooks = tuple((name, uid or assigned.get(("webhook", name))) for name, uid in self.webhooks)
+        return replace(self, changes=changes, factory_uid=factory_uid, webhooks=webhooks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "factory": {
+                "name": self.factory_name,
+                "uid": self.factory_uid,
+                "managed_by": self.managed_by,
+                "webhooks": dict(self.webhooks),
+            },
+            "changes": [c.to_json() for c in self.changes],
+            "summary": self.summary(),
+        }
+
+
+# --- diff -----------------------------------------------------------------------------------------
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def changed_fields(stored: Mapping[str, Any], desired: Mapping[str, Any]) -> tuple[str, ...]:
+    """Names of fields whose values differ; compared as canonical JSON so ``1`` and ``true`` differ."""
+    return tuple(k for k in desired if _canon(stored.get(k)) != _canon(desired[k]))
+
+
+def _unchanged(stored: StoredObject, desired: dict[str, Any], desired_digest: str) -> bool:
+    """Fast path: the digest applied last time still matches and nobody edited the row since."""
+    return stored.spec_digest == desired_digest and stored.fields == desired
+
+
+def _diff_kind(
+    kind: Kind,
+    desired: Mapping[str, dict[str, Any]],
+    stored: Mapping[str, StoredObject],
+    secret_versions: Mapping[str, int] | None = None,
+) -> list[Change]:
+    changes: list[Change] = []
+    added: list[str] = []
+    for name in sorted(desired):
+        fields = desired[name]
+        current = stored.get(name)
+        if current is None:
+            added.append(name)
+            continue
+        changed: tuple[str, ...] = ()
+        if not _unchanged(current, fields, digest(fields)):
+            changed = changed_fields(current.fields, fields)
+        details: list[tuple[str, str]] = []
+        if "secret_name" in changed:
+            details.append(("secret_name", f"{current.fields.get('secret_name')} -> {fields['secret_name']}"))
+        elif secret_versions is not None:
+            latest = secret_versions.get(str(fields.get("secret_name")))
+            if latest is not None and latest != current.secret_version:
+                changed += ("secret_version",)
+                details.append(("secret_version", f"{current.secret_version} -> {latest}"))
+        if changed:
+            changes.append(Change("update", kind, name, current.uid, changed, details=tuple(details)))
+    removed = {name: obj for name, obj in stored.items() if name not in desired}
+    by_digest: dict[str, list[str]] = {}
+    for name in sorted(removed):
+        by_digest.setdefault(digest(removed[name].fields), []).append(name)
+    for name in added:
+        twins = by_digest.get(digest(desired[name]))
+        if twins:
+            old = twins.pop(0)
+            changes.append(Change("replace", kind, name, None, old_name=old, old_uid=removed.pop(old).uid))
+        else:
+            changes.append(Change("create", kind, name))
+    changes.extend(Change("delete", kind, name, removed[name].uid) for name in sorted(removed))
+    return changes
+
+
+def factory_fields(definition: FactoryDefinition) -> dict[str, Any]:
+    """The factory's compared fields: its name is its identity, not a field."""
+    fields = definition.factory.fields()
+    fields.pop("name", None)
+    return fields
+
+
+def diff(definition: FactoryDefinition, state: StoreState) -> Plan:
+    """Every change needed to make the store match ``definition``.
+
+    Ordered by kind (factory, webhooks, environments, automations); within a kind updates, then creates
+    and replaces, then deletes, each by name.
+    """
+    name = definition.factory.name
+    changes: list[Change] = []
+    if state.factory is None:
+        changes.append(Change("create", "factory", name))
+    else:
+        changed = changed_fields(state.factory.fields, factory_fields(definition))
+        if changed:
+            changes.append(Change("update", "factory", name, state.factory.uid, changed))
+    changes += _diff_kind(
+        "webhook", {w.name: w.fields() for w in definition.webhooks}, state.webhooks, state.secret_versions
+    )
+    changes += _diff_kind(
+        "environment", {e.name: e.fields() for e in definition.environments}, state.environments
+    )
+    changes += _diff_kind(
+        "automation", {a.name: a.fields() for a in definition.automations}, state.automations
+    )
+    return Plan(
+        factory_name=name,
+        factory_uid=state.factory.uid if state.factory else None,
+        changes=tuple(changes),
+        managed_by=state.managed_by or "definitions",
+        webhooks=tuple(
+            (w.name, stored.uid if (stored := state.webhooks.get(w.name)) else None)
+            for w in sorted(definition.webhooks, key=lambda w: w.name)
+        ),
+    )
+
+
+# --- text rendering -------------------------------------------------------------------------------
+
+_SYMBOL = {"create": "+", "update": "~", "delete": "-", "replace": "-/+"}
+_COLOR = {"create": "\x1b[32m", "update": "\x1b[33m", "delete": "\x1b[31m", "replace": "\x1b[35m"}
+_RESET = "\x1b[0m"
+
+
+def _field_text(change: Change) -> str:
+    details = dict(change.details)
+    parts = []
+    for name in change.fields:
+        if name in SECRET_FIELDS:
+            detail = details.get(name)
+            parts.append(f"{name} ({detail}, value hidden)" if detail else f"{name} (value hidden)")
+        else:
+            parts.append(name)
+    return ", ".join(parts)
+
+
+def render_change(change: Change, *, color: bool = False) -> str:
+    """One plan line, e.g. ``~ webhook alerts: enabled, description`` (ANSI-coloured if asked)."""
+    line = _render(change)
+    return f"{_COLOR[change.action]}{line}{_RESET}" if color else line
+
+
+def _render(change: Change) -> str:
+    symbol = _SYMBOL[change.action]
+    if change.action == "create":
+        uid = change.uid or f"{UID_PREFIX[change.kind]}_... assigned on apply"
+        return f"{symbol} {change.kind} {change.name} ({uid})"
+    if change.action == "update":
+        text = f"{symbol} {change.kind} {change.name}"
+        fields = _field_text(change)
+        return f"{text}: {fields}" if fields else text
+    if change.action == "delete":
+        return f"{symbol} {change.kind} {change.name} ({change.uid})"
+    new = "new UID, new URL" if change.kind == "webhook" else "new UID"
+    line = f"{symbol} {change.kind} {change.old_name} -> {change.name} ({new})"
+    return f"{line[:-1]}: {change.uid})" if change.uid else line
+
+
+def summary_line(plan: Plan) -> str:
+    if not plan.has_changes:
+        return "No changes."
+    s = plan.summary()
+    return f"Plan: {s['add']} to add, {s['change']} to change, {s['destroy']} to destroy."
+
+
+def render_text(plan: Plan, *, color: bool = False) -> str:
+    """The plan as text: one line per change, a blank line, then the summary line."""
+    lines = [render_change(c, color=color) for c in plan.changes]
+    if lines:
+        lines.append("")
+    lines.append(summary_line(plan))
+    return "\n".join(lines) + "\n"

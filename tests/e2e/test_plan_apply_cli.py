@@ -1,0 +1,212 @@
+"""``factoryctl plan``/``apply`` as subprocesses: output, exit codes, UIDs, confirmation, atomicity."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import pty
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from store import secrets as secret_store
+from store.clock import SystemClock
+from store.crypto import SecretBox
+from store.db import create_engine, migrate, session_factory
+from store.teams import ensure_team
+
+pytestmark = pytest.mark.slow
+KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
+EXAMPLE = Path(__file__).resolve().parents[2] / "example-factory"
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
+    return env | {"FACTORY_SECRET_KEY": KEY, "NO_COLOR": "1"}
+
+
+def cli(data_dir: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "factoryctl.cli", "--data-dir", str(data_dir), *args],
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
+
+
+def write_automation(root: Path, name: str, webhook_uids: list[str]) -> None:
+    front = {
+        "title": f"Handle {name}",
+        "triggers": [{"provider": "webhook", "event": "received", "filter": {"webhook_ids": webhook_uids}}],
+    }
+    (root / "automations" / name).mkdir(parents=True, exist_ok=True)
+    text = f"---\n{yaml.safe_dump(front)}---\nTriage the event.\n"
+    (root / "automations" / name / "automation.md").write_text(text)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "factory"
+    (root / "webhooks").mkdir(parents=True)
+    (root / "factory.yaml").write_text("name: acme\ndescription: Demo factory\n")
+    for name in ("github-issues", "alerts"):
+        (root / "webhooks" / f"{name}.yaml").write_text(
+            f"authMode: token\nsecretName: hooks\ndescription: {name}\n"
+        )
+    return root
+
+
+def test_plan_apply_cycle(tmp_path: Path, tree: Path) -> None:
+    data = tmp_path / "data"
+    assert cli(data, "secrets", "create", "hooks", "--generate").returncode == 0
+
+    planned = cli(data, "plan", str(tree), "--detailed-exitcode")
+    assert planned.returncode == 2, planned.stderr
+    assert planned.stdout.splitlines() == [
+        "+ factory acme (fa_... assigned on apply)",
+        "+ webhook alerts (wh_... assigned on apply)",
+        "+ webhook github-issues (wh_... assigned on apply)",
+        "",
+        "Plan: 3 to add, 0 to change, 0 to destroy.",
+    ]
+    refused = cli(data, "apply", str(tree))  # stdin is not a terminal and no --auto-approve
+    assert refused.returncode == 1 and "--auto-approve" in refused.stderr
+    assert cli(data, "plan", str(tree), "--detailed-exitcode").returncode == 2  # nothing was applied
+
+    applied = cli(data, "apply", str(tree), "--auto-approve", "--format", "json", "--git-revision", "c0ffee")
+    assert applied.returncode == 0, applied.stderr
+    doc = json.loads(applied.stdout)
+    assert doc["outcome"] == "succeeded" and doc["revision"] == "c0ffee" and doc["summary"]["add"] == 3
+    uids = {c["name"]: c["uid"] for c in doc["changes"] if c["kind"] == "webhook"}
+    assert all(uid.startswith("wh_") for uid in uids.values())
+    assert doc["factory"]["uid"].startswith("fa_")
+
+    same = cli(data, "plan", str(tree), "--detailed-exitcode")
+    assert (same.returncode, same.stdout) == (0, "No changes.\n")
+
+    write_automation(tree, "triage", [uids["github-issues"]])
+    (tree / "webhooks" / "alerts.yaml").write_text("authMode: token\nsecretName: hooks\nenabled: false\n")
+    doc = json.loads(cli(data, "plan", str(tree), "--format", "json").stdout)
+    assert doc["factory"]["webhooks"] == uids  # where scripts read UIDs without applying
+    assert [(c["action"], c["kind"], c["name"], c["fields"]) for c in doc["changes"]] == [
+        ("update", "webhook", "alerts", ["enabled", "description"]),
+        ("create", "automation", "triage", []),
+    ]
+    text = cli(data, "apply", str(tree), "--auto-approve")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0] == "~ webhook alerts: enabled, description"
+    assert lines[1].startswith("+ automation triage (au_")
+    assert "Apply complete! Resources: 1 added, 1 changed, 0 destroyed." in lines
+
+    (tree / "webhooks" / "github-issues.yaml").rename(tree / "webhooks" / "gh.yaml")
+    (tree / "webhooks" / "broken.yaml").write_text("authMode: token\nsecretName: [oops\n")
+    bad = cli(data, "plan", str(tree), "--detailed-exitcode")
+    assert bad.returncode == 1 and "broken.yaml:" in bad.stderr and "nothing was applied" in bad.stderr
+    bad_apply = cli(data, "apply", str(tree), "--auto-approve", "--format", "json")
+    assert bad_apply.returncode == 1
+    assert any("broken.yaml" in d["path"] for d in json.loads(bad_apply.stdout)["diagnostics"])
+    (tree / "webhooks" / "broken.yaml").unlink()
+    # The automation still selects the renamed webhook's old UID: that webhook does not survive the apply.
+    stale = cli(data, "plan", str(tree))
+    assert stale.returncode == 1 and "automation.md" in stale.stderr
+    write_automation(tree, "triage", [uids["alerts"]])
+    renamed = cli(data, "plan", str(tree), "--detailed-exitcode")
+    assert renamed.returncode == 2
+    assert "-/+ webhook github-issues -> gh (new UID, new URL)" in renamed.stdout.splitlines()
+
+
+def test_empty_and_missing_trees_are_refused(tmp_path: Path, tree: Path) -> None:
+    data = tmp_path / "data"
+    shutil.rmtree(tree / "webhooks")
+    empty = cli(data, "apply", str(tree), "--auto-approve")
+    assert empty.returncode == 1 and "--allow-empty" in empty.stderr
+    allowed = cli(data, "apply", str(tree), "--auto-approve", "--allow-empty")
+    assert allowed.returncode == 0 and "Apply complete! Resources: 1 added" in allowed.stdout
+    missing = cli(data, "plan", str(tmp_path / "nope"), "--allow-empty")
+    assert missing.returncode == 1
+
+
+def test_apply_on_a_terminal_asks_for_yes(tmp_path: Path, tree: Path) -> None:
+    data = tmp_path / "data"
+    assert cli(data, "secrets", "create", "hooks", "--generate").returncode == 0
+
+    def on_tty(answer: bytes) -> tuple[int, str]:
+        master, slave = pty.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "factoryctl.cli", "--data-dir", str(data), "apply", str(tree)],
+            stdin=slave,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+        )
+        os.close(slave)
+        os.write(master, answer)
+        out, _ = proc.communicate(timeout=120)
+        os.close(master)
+        return proc.returncode, out.decode()
+
+    code, out = on_tty(b"no\n")
+    assert code == 1 and "Plan: 3 to add" in out and "cancelled" in out
+    code, out = on_tty(b"yes\n")
+    assert code == 0 and "Apply complete! Resources: 3 added" in out
+    assert re.search(r"^\+ webhook alerts \(wh_[0-9a-z]{26}\)", out, re.MULTILINE)  # the minted UID
+
+
+def create_secrets(data_dir: Path, root: Path) -> None:
+    """The example's team secrets, in the shape each webhook needs (in-process: the CLI is tested above)."""
+
+    async def go() -> None:
+        engine = create_engine(f"sqlite+aiosqlite:///{data_dir / 'factory.db'}")
+        await migrate(engine)
+        box, clock = SecretBox.from_setting(KEY), SystemClock()
+        async with session_factory(engine)() as s, s.begin():
+            team = await ensure_team(s)
+            for path in sorted((root / "webhooks").glob("*.yaml")):
+                spec = yaml.safe_load(path.read_text())
+                if spec.get("signatureScheme") in ("standard_webhooks", "standard-webhooks", "svix"):
+                    value = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+                else:
+                    value = secret_store.generate_value()
+                if await secret_store.get(s, team.id, spec["secretName"]) is None:
+                    await secret_store.create(s, box, clock, team.id, spec["secretName"], value)
+        await engine.dispose()
+
+    asyncio.run(go())
+
+
+@pytest.mark.skipif(not (EXAMPLE / "factory.yaml").exists(), reason="example-factory/ not written yet")
+def test_example_factory_applies_in_two_steps(tmp_path: Path) -> None:
+    """Webhooks first (their UIDs exist only after an apply), then the automations wired to those UIDs."""
+    data = tmp_path / "data"
+    data.mkdir()
+    root = shutil.copytree(EXAMPLE, tmp_path / "example")
+    automations = shutil.move(root / "automations", tmp_path / "automations")
+    create_secrets(data, root)
+    first = cli(data, "apply", str(root), "--auto-approve", "--format", "json")
+    assert first.returncode == 0, first.stdout + first.stderr
+    uids = {c["name"]: c["uid"] for c in json.loads(first.stdout)["changes"] if c["kind"] == "webhook"}
+
+    def real_uid(match: re.Match[str]) -> str:
+        placeholder = match.group(0).replace("_", "")
+        return next(uid for name, uid in uids.items() if name.replace("-", "") in placeholder)
+
+    for md in sorted(Path(automations).glob("*/automation.md")):
+        (root / "automations" / md.parent.name).mkdir(parents=True)
+        text = re.sub(r"wh_[0-9a-z]{26}", real_uid, md.read_text())
+        (root / "automations" / md.parent.name / "automation.md").write_text(text)
+    second = cli(data, "apply", str(root), "--auto-approve")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "Apply complete! Resources: 3 added, 0 changed, 0 destroyed." in second.stdout
+    again = cli(data, "plan", str(root), "--detailed-exitcode")
+    assert (again.returncode, again.stdout) == (0, "No changes.\n")

@@ -1,0 +1,103 @@
+"""``factoryctl secrets`` as a subprocess: values go in once, come out at most once, are never listed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from store import secrets as secret_store
+from store.crypto import SecretBox
+from store.db import create_engine, session_factory
+from store.teams import ensure_team
+
+pytestmark = pytest.mark.slow
+KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
+
+
+def cli(data_dir: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
+    env |= {"FACTORY_SECRET_KEY": KEY, "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "factoryctl.cli", "--data-dir", str(data_dir), *args],
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def reveal(data_dir: Path, name: str) -> tuple[str, int]:
+    async def go() -> tuple[str, int]:
+        engine = create_engine(f"sqlite+aiosqlite:///{data_dir / 'factory.db'}")
+        try:
+            async with session_factory(engine)() as s:
+                team = await ensure_team(s)
+                return await secret_store.reveal(s, SecretBox.from_setting(KEY), team.id, name)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())
+
+
+def test_generated_value_is_printed_once_and_never_listed(tmp_path: Path) -> None:
+    created = cli(tmp_path, "secrets", "create", "gh-secret", "--generate")
+    assert created.returncode == 0, created.stderr
+    value = created.stdout.strip().splitlines()[-1]
+    assert len(value) >= 32 and reveal(tmp_path, "gh-secret") == (value, 1)
+    listed = cli(tmp_path, "secrets", "list")
+    assert listed.returncode == 0 and "gh-secret" in listed.stdout and "v1" in listed.stdout
+    assert value not in listed.stdout
+    doc = json.loads(cli(tmp_path, "secrets", "list", "--format", "json").stdout)
+    assert [sorted(s) for s in doc["secrets"]] == [["created_at", "name", "updated_at", "version"]]
+    assert value not in json.dumps(doc)
+
+
+def test_supplied_value_is_never_printed_and_set_adds_a_version(tmp_path: Path) -> None:
+    created = cli(tmp_path, "secrets", "create", "s", "--from-stdin", stdin="hunter2-first\n")
+    assert created.returncode == 0 and "hunter2" not in created.stdout + created.stderr
+    assert reveal(tmp_path, "s") == ("hunter2-first", 1)  # exactly one trailing newline stripped
+    updated = cli(tmp_path, "secrets", "set", "s", "--from-stdin", stdin="hunter2-second")
+    assert updated.returncode == 0 and "version 2" in updated.stdout and "hunter2" not in updated.stdout
+    assert reveal(tmp_path, "s") == ("hunter2-second", 2)
+    doc = json.loads(cli(tmp_path, "secrets", "list", "--format", "json").stdout)
+    assert [(s["name"], s["version"]) for s in doc["secrets"]] == [("s", 2)]
+
+
+def test_errors_are_clear_and_exit_1(tmp_path: Path) -> None:
+    no_value = cli(tmp_path, "secrets", "create", "s")  # stdin is not a terminal, no flag
+    assert no_value.returncode == 1 and "--from-stdin" in no_value.stderr
+    assert cli(tmp_path, "secrets", "create", "s", "--generate").returncode == 0
+    dup = cli(tmp_path, "secrets", "create", "s", "--generate")
+    assert dup.returncode == 1 and "already exists" in dup.stderr
+    missing = cli(tmp_path, "secrets", "set", "nope", "--generate")
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    empty = cli(tmp_path, "secrets", "create", "e", "--from-stdin", stdin="\n")
+    assert empty.returncode == 1 and "empty" in empty.stderr
+    assert cli(tmp_path, "secrets", "delete", "nope").returncode == 1
+
+
+def test_delete_refuses_while_a_live_webhook_uses_the_secret(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    root = tmp_path / "factory"
+    (root / "webhooks").mkdir(parents=True)
+    (root / "factory.yaml").write_text("name: acme\n")
+    (root / "webhooks" / "alerts.yaml").write_text(yaml.safe_dump({"secretName": "used"}))
+    assert cli(data, "secrets", "create", "used", "--generate").returncode == 0
+    applied = cli(data, "apply", str(root), "--auto-approve")
+    assert applied.returncode == 0, applied.stderr
+    rotated = cli(data, "secrets", "set", "used", "--generate")
+    assert rotated.returncode == 0 and "acme/alerts" in rotated.stdout
+    refused = cli(data, "secrets", "delete", "used")
+    assert refused.returncode == 1 and "acme/alerts" in refused.stderr
+    assert "used" in cli(data, "secrets", "list").stdout
+    forced = cli(data, "secrets", "delete", "used", "--force")
+    assert forced.returncode == 0 and "used" not in cli(data, "secrets", "list").stdout
