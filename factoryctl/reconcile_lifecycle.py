@@ -10,6 +10,7 @@ from pathlib import Path
 from aiohttp import web
 
 from api.context import BOX, CLOCK, RECONCILE, SESSIONS
+from reconciler.loadcache import LoadCache
 from reconciler.loop import Source, follow
 from api.app import Lifecycle
 from reconciler.service import ReconcileOutcome, reconcile
@@ -33,6 +34,7 @@ def reconciler_lifecycle(source: Source, label: str, team: str, *, allow_empty: 
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         stop = asyncio.Event()
+        cache = LoadCache()  # re-parse only the files that changed since the last snapshot
         trigger = app[RECONCILE]
         trigger.source, trigger.force = label, source.force.set
 
@@ -46,6 +48,7 @@ def reconciler_lifecycle(source: Source, label: str, team: str, *, allow_empty: 
                 revision=snapshot.revision,
                 allow_empty=allow_empty,
                 source=label,
+                cache=cache,
             )
 
         task = asyncio.create_task(follow(source, apply, stop), name="reconciler")
