@@ -1,0 +1,304 @@
+"""A webhook's delivery log, and "Test filter" against a stored delivery (DESIGN §5, §7; seed §4.4).
+
+The log is read newest first by its insertion sequence (``seq``), so pages are stable while deliveries
+keep arriving. Only Accepted entries store a payload; Duplicate and Rejected entries are metadata, and
+only Accepted entries start runs (``run_ids``).
+
+Test filter mirrors what ingress does with a delivery: it uses the automation's routing rows (one per
+webhook trigger and selected webhook UID, with that trigger's payload filter) and the same compiled
+filter, so "Would trigger" here means a run would start there.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import BadRequest, Conflict, ResourceNotFound
+from api.auth import require
+from api.context import sessions
+from api.factories.routes import load_factory
+from api.ingress.pipeline import ACCEPTED, STATUSES
+from api.management import PREFIX, fail_on, optional_string, read_body, unknown_fields
+from api.management.webhooks import load_webhook
+from api.problems import field_error
+from api.runs.pagination import Cursor, InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
+from store import payload_filter
+from store.clock import rfc3339
+from store.models import Automation, AutomationWebhook, Delivery, Run, Webhook
+
+WOULD_TRIGGER, WOULD_NOT_TRIGGER = "Would trigger", "Would not trigger"
+_COLUMNS = (
+    Delivery.seq,
+    Delivery.delivery_id,
+    Delivery.webhook_uid,
+    Delivery.status,
+    Delivery.size,
+    Delivery.received_at,
+    Delivery.detail,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One delivery log entry as read (the payload only when it was selected)."""
+
+    seq: int
+    delivery_id: str
+    webhook_uid: str
+    status: str
+    size: int
+    received_at: dt.datetime
+    detail: str | None
+    payload: bytes | None = None
+
+
+def delivery_json(row: Entry, run_ids: list[str]) -> dict[str, Any]:
+    return {
+        "delivery_id": row.delivery_id,
+        "webhook_uid": row.webhook_uid,
+        "status": row.status,
+        "size": row.size,
+        "received_at": rfc3339(row.received_at),
+        "run_ids": run_ids if row.status == ACCEPTED else [],
+        "detail": row.detail,
+    }
+
+
+async def _run_ids(session: AsyncSession, webhook_uid: str, delivery_ids: set[str]) -> dict[str, list[str]]:
+    """Runs started by these deliveries of one webhook, oldest first."""
+    found: dict[str, list[str]] = defaultdict(list)
+    if delivery_ids:
+        stmt = (
+            select(Run.delivery_id, Run.run_id)
+            .where(Run.webhook_uid == webhook_uid, Run.delivery_id.in_(delivery_ids))
+            .order_by(Run.created_at, Run.run_id)
+        )
+        for delivery_id, run_id in (await session.execute(stmt)).all():
+            found[delivery_id or ""].append(run_id)
+    return found
+
+
+def _parse_payload(raw: bytes | None) -> object:
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError):  # ingress stores only valid JSON; be safe anyway
+        return None
+
+
+async def list_deliveries(request: web.Request) -> web.Response:
+    """``GET .../{wid}/deliveries`` (member): newest first; ``status`` (repeatable), ``limit``, ``cursor``."""
+    who = await require(request, "member")
+    uid, wid = request.match_info["uid"], request.match_info["wid"]
+    errors: list[dict[str, Any]] = []
+    limit = 50
+    try:
+        limit = parse_limit(request.query.get("limit"), default=50, maximum=200)
+    except ValueError as exc:
+        errors.append(field_error("limit", str(exc)))
+    statuses = sorted(set(request.query.getall("status", [])))
+    for status in statuses:
+        if status not in STATUSES:
+            errors.append(
+                field_error("status", f"unknown status {status!r}; use one of: {', '.join(STATUSES)}")
+            )
+    fail_on(errors)
+    fp = fingerprint({"list": "deliveries", "webhook": wid, "status": statuses})
+    stmt = select(*_COLUMNS).where(Delivery.webhook_uid == wid, Delivery.team_id == who.team_id)
+    if statuses:
+        stmt = stmt.where(Delivery.status.in_(statuses))
+    raw = request.query.get("cursor")
+    if raw is not None:
+        try:
+            after = decode_cursor(raw, fp)
+        except InvalidCursor as exc:
+            raise BadRequest(f"cursor: {exc}") from None
+        if not after.row_id.isdigit():
+            raise BadRequest("cursor: cursor is not valid; pass next_cursor from a previous page unchanged")
+        stmt = stmt.where(Delivery.seq < int(after.row_id))
+    async with sessions(request)() as session:
+        await load_webhook(session, who.team_id, uid, wid)
+        rows = [Entry(*r) for r in await session.execute(stmt.order_by(Delivery.seq.desc()).limit(limit + 1))]
+        next_cursor = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            next_cursor = encode_cursor(Cursor(value=None, row_id=str(rows[-1].seq)), fp)
+        runs = await _run_ids(session, wid, {r.delivery_id for r in rows if r.status == ACCEPTED})
+    return web.json_response(
+        {
+            "deliveries": [delivery_json(r, runs.get(r.delivery_id, [])) for r in rows],
+            "page_info": {"has_next_page": next_cursor is not None, "next_cursor": next_cursor},
+        }
+    )
+
+
+async def get_delivery(request: web.Request) -> web.Response:
+    """``GET .../deliveries/{delivery_id}`` (member): the Accepted entry and payload, else the newest."""
+    who = await require(request, "member")
+    uid, wid, delivery_id = (
+        request.match_info["uid"],
+        request.match_info["wid"],
+        request.match_info["delivery_id"],
+    )
+    async with sessions(request)() as session:
+        await load_webhook(session, who.team_id, uid, wid)
+        base = select(*_COLUMNS, Delivery.payload).where(
+            Delivery.webhook_uid == wid, Delivery.team_id == who.team_id, Delivery.delivery_id == delivery_id
+        )
+        row = (
+            await session.execute(
+                base.where(Delivery.status == ACCEPTED).order_by(Delivery.seq.desc()).limit(1)
+            )
+        ).first()
+        if row is None:
+            row = (await session.execute(base.order_by(Delivery.seq.desc()).limit(1))).first()
+        if row is None:
+            raise ResourceNotFound(f"webhook {wid} has no delivery {delivery_id!r} in its log")
+        found = Entry(*row)
+        runs = await _run_ids(session, wid, {delivery_id} if found.status == ACCEPTED else set())
+    body = delivery_json(found, runs.get(delivery_id, []))
+    if found.status == ACCEPTED:
+        body["payload"] = _parse_payload(found.payload)
+    return web.json_response(body)
+
+
+# --- test filter ----------------------------------------------------------------------------------
+
+
+def _webhook_check(
+    automation: Automation, hook: Webhook, routes: list[AutomationWebhook], selecting: list[AutomationWebhook]
+) -> dict[str, Any]:
+    label = f"webhook {hook.name!r} ({hook.uid})"
+    if not routes:
+        passed, detail = False, "the automation has no webhook trigger that selects a webhook"
+    elif selecting:
+        triggers = ", ".join(f"#{i}" for i in sorted({r.trigger_index + 1 for r in selecting}))
+        passed, detail = True, f"{label} is selected by trigger {triggers}"
+    else:
+        chosen = ", ".join(sorted({r.webhook_uid for r in routes}))
+        passed, detail = (
+            False,
+            f"{label} is not selected by the automation's webhook triggers (they select {chosen})",
+        )
+    notes = []
+    if not automation.enabled:
+        notes.append("the automation is disabled: it starts no runs until it is enabled")
+    if hook.deleted_at is not None:
+        notes.append(f"{label} is deleted: senders get 404 and it starts nothing")
+    elif not hook.enabled:
+        notes.append(f"{label} is disabled: senders get 404 until it is enabled")
+    if notes:
+        detail += "; note: " + "; ".join(notes)
+    return {"passed": passed, "detail": detail}
+
+
+def _payload_check(candidates: list[AutomationWebhook], payload: object) -> dict[str, Any]:
+    """The first trigger whose filter passes, else the first trigger's failure."""
+    triggers = {r.trigger_index: r.payload_filter for r in sorted(candidates, key=lambda r: r.trigger_index)}
+    if not triggers:
+        return {"passed": False, "detail": "no webhook trigger to evaluate", "failed_path": None}
+    results = []
+    for index, spec in triggers.items():
+        try:
+            result = payload_filter.compile(spec).explain(payload)
+        except payload_filter.InvalidFilter as exc:
+            result = payload_filter.FilterResult(False, None, f"the payload filter is invalid: {exc}")
+        prefix = f"trigger #{index + 1}: " if len(triggers) > 1 else ""
+        results.append(
+            {"passed": result.passed, "detail": prefix + result.detail, "failed_path": result.failed_path}
+        )
+        if result.passed:
+            return results[-1]
+    return results[0]
+
+
+def _pick(entries: list[Entry], selected: set[str]) -> Entry:
+    """Newest Accepted entry of a selected webhook, else newest Accepted entry, else the newest entry."""
+    accepted = [e for e in entries if e.status == ACCEPTED]
+    return next((e for e in accepted if e.webhook_uid in selected), accepted[0] if accepted else entries[0])
+
+
+async def filter_test(request: web.Request) -> web.Response:
+    """``POST .../automations/{aid}/test-filter`` (member) ``{delivery_id, webhook_uid?}``."""
+    who = await require(request, "member")
+    body = await read_body(request)
+    errors = unknown_fields(body, {"delivery_id", "webhook_uid"})
+    delivery_id = optional_string(body, "delivery_id", errors)
+    webhook_uid = optional_string(body, "webhook_uid", errors)
+    if delivery_id is None and not any(e["field"] == "delivery_id" for e in errors):
+        errors.append(
+            field_error("delivery_id", "is required: a delivery ID from the webhook's delivery log")
+        )
+    fail_on(errors)
+    uid, aid = request.match_info["uid"], request.match_info["aid"]
+    async with sessions(request)() as session:
+        factory = await load_factory(session, who.team_id, uid)
+        automation = await session.get(Automation, aid)
+        if automation is None or automation.factory_uid != factory.uid or automation.team_id != who.team_id:
+            raise ResourceNotFound(f"automation {aid} does not exist in factory {uid}")
+        hooks = {
+            h.uid: h
+            for h in (
+                await session.execute(select(Webhook).where(Webhook.factory_uid == factory.uid))
+            ).scalars()
+        }
+        if webhook_uid is not None and webhook_uid not in hooks:
+            raise ResourceNotFound(f"webhook {webhook_uid} does not exist in factory {uid}")
+        routes = list(
+            (
+                await session.execute(
+                    select(AutomationWebhook)
+                    .where(AutomationWebhook.automation_uid == aid)
+                    .order_by(AutomationWebhook.trigger_index, AutomationWebhook.webhook_uid)
+                )
+            ).scalars()
+        )
+        candidates = [webhook_uid] if webhook_uid is not None else list(hooks)
+        entries = [
+            Entry(*r)
+            for r in await session.execute(
+                select(*_COLUMNS, Delivery.payload)
+                .where(
+                    Delivery.team_id == who.team_id,
+                    Delivery.webhook_uid.in_(candidates),
+                    Delivery.delivery_id == delivery_id,
+                )
+                .order_by(Delivery.seq.desc())
+            )
+        ]
+    if not entries:
+        raise ResourceNotFound(f"no webhook of factory {uid} has delivery {delivery_id!r} in its log")
+    entry = _pick(entries, {r.webhook_uid for r in routes})
+    if entry.status != ACCEPTED:
+        raise Conflict(
+            f"delivery {delivery_id!r} was logged as {entry.status!r}; only accepted deliveries store a"
+            " payload to test against"
+        )
+    selecting = [r for r in routes if r.webhook_uid == entry.webhook_uid]
+    webhook_check = _webhook_check(automation, hooks[entry.webhook_uid], routes, selecting)
+    payload_check = _payload_check(selecting or routes, _parse_payload(entry.payload))
+    passed = webhook_check["passed"] and payload_check["passed"]
+    return web.json_response(
+        {
+            "result": WOULD_TRIGGER if passed else WOULD_NOT_TRIGGER,
+            "webhook_check": webhook_check,
+            "payload_check": payload_check,
+            "delivery": {k: v for k, v in delivery_json(entry, []).items() if k != "run_ids"},
+        }
+    )
+
+
+def setup(app: web.Application) -> None:
+    base = PREFIX + "/factory/{uid}/webhooks/{wid}/deliveries"
+    app.router.add_get(base, list_deliveries)
+    app.router.add_get(base + "/{delivery_id:.+}", get_delivery)
+    app.router.add_post(PREFIX + "/factory/{uid}/automations/{aid}/test-filter", filter_test)

@@ -1,0 +1,153 @@
+"""Team secrets over HTTP: ``GET/POST /api/v1/secrets``, ``PUT/DELETE /api/v1/secrets/{name}`` (DESIGN §7).
+
+Values are write-only: no response carries one, except a value the service generated (``value``
+omitted, or ``generate: true``), which is returned once. Setting a value adds a version; webhooks keep
+verifying with the version they captured until they next apply (DESIGN §4.10), so responses name the
+webhooks (``used_by``, as ``<factory>/<webhook>``) that use the secret. A secret a live webhook uses
+cannot be deleted (409 naming them): deleting it would make those webhooks reject every delivery.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import Conflict, ResourceNotFound
+from api.auth import require
+from api.context import BOX, CLOCK, sessions
+from api.management import PREFIX, fail_on, read_body, read_optional_json, unknown_fields
+from api.problems import field_error
+from store import secrets as secret_store
+from store.clock import rfc3339
+from store.models import Factory, Webhook
+
+
+async def users(session: AsyncSession, team_id: str, name: str | None = None) -> dict[str, list[str]]:
+    """Secret name -> ``factory/webhook`` names of the live webhooks (enabled or not) that reference it."""
+    stmt = (
+        select(Webhook.secret_name, Factory.name, Webhook.name)
+        .join(Factory, Factory.uid == Webhook.factory_uid)
+        .where(Webhook.team_id == team_id, Webhook.deleted_at.is_(None), Webhook.secret_name.is_not(None))
+        .order_by(Factory.name, Webhook.name)
+    )
+    if name is not None:
+        stmt = stmt.where(Webhook.secret_name == name)
+    found: dict[str, list[str]] = defaultdict(list)
+    for secret_name, factory_name, webhook_name in (await session.execute(stmt)).all():
+        found[secret_name or ""].append(f"{factory_name}/{webhook_name}")
+    return found
+
+
+def secret_json(info: secret_store.SecretInfo, used_by: list[str]) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "version": info.version,
+        "created_at": rfc3339(info.created_at),
+        "updated_at": rfc3339(info.updated_at),
+        "used_by": used_by,
+    }
+
+
+def _value(body: dict[str, Any], errors: list[dict[str, Any]]) -> str | None:
+    """The given value (exactly as sent), or None to generate one (no ``value``, or ``generate: true``)."""
+    value, generate = body.get("value"), body.get("generate")
+    if generate is not None and not isinstance(generate, bool):
+        errors.append(field_error("generate", "must be true or false"))
+    if value is None:
+        if generate is False:
+            errors.append(field_error("value", "is required when generate is false"))
+        return None
+    if generate is True:
+        errors.append(field_error("generate", "give either value or generate: true, not both"))
+    if not isinstance(value, str) or not value:
+        errors.append(field_error("value", "must be a non-empty string (omit it to generate a value)"))
+        return None
+    if len(value.encode("utf-8")) > secret_store.MAX_VALUE_BYTES:
+        errors.append(field_error("value", f"must be at most {secret_store.MAX_VALUE_BYTES} bytes"))
+    return value
+
+
+async def list_secrets(request: web.Request) -> web.Response:
+    """``GET /secrets`` (member): names, versions, timestamps and users; never values."""
+    who = await require(request, "member")
+    async with sessions(request)() as session:
+        infos = await secret_store.list_secrets(session, who.team_id)
+        used = await users(session, who.team_id)
+    return web.json_response({"secrets": [secret_json(i, used.get(i.name, [])) for i in infos]})
+
+
+async def create_secret(request: web.Request) -> web.Response:
+    """``POST /secrets`` (admin) ``{name, value?}`` -> 201; a generated value is returned once."""
+    who = await require(request, "admin")
+    body = await read_body(request)
+    errors = unknown_fields(body, {"name", "value", "generate"})
+    name = body.get("name")
+    if not isinstance(name, str) or not secret_store.NAME_RE.match(name):
+        errors.append(
+            field_error("name", "is required: letters, digits, '.', '_' or '-' (1-200, starting alnum)")
+        )
+    given = _value(body, errors)
+    fail_on(errors)
+    assert isinstance(name, str)
+    value = given or secret_store.generate_value()
+    async with sessions(request)() as session, session.begin():
+        if await secret_store.get(session, who.team_id, name) is not None:
+            raise Conflict(f"secret {name!r} already exists; PUT /secrets/{name} gives it a new value")
+        info = await secret_store.create(
+            session, request.app[BOX], request.app[CLOCK], who.team_id, name, value
+        )
+        used = await users(session, who.team_id, name)
+    out = secret_json(info, used.get(name, []))
+    if given is None:
+        out["value"] = value
+    return web.json_response(out, status=201)
+
+
+async def set_secret(request: web.Request) -> web.Response:
+    """``PUT /secrets/{name}`` (admin) ``{value?}``: a new version; a generated value is returned once."""
+    who = await require(request, "admin")
+    name = request.match_info["name"]
+    body = await read_optional_json(request)
+    errors = unknown_fields(body, {"value", "generate"})
+    given = _value(body, errors)
+    fail_on(errors)
+    value = given or secret_store.generate_value()
+    async with sessions(request)() as session, session.begin():
+        if await secret_store.get(session, who.team_id, name) is None:
+            raise ResourceNotFound(f"secret {name!r} does not exist; POST /secrets creates it")
+        info = await secret_store.set_value(
+            session, request.app[BOX], request.app[CLOCK], who.team_id, name, value
+        )
+        used = await users(session, who.team_id, name)
+    out = secret_json(info, used.get(name, []))
+    if given is None:
+        out["value"] = value
+    return web.json_response(out)
+
+
+async def delete_secret(request: web.Request) -> web.Response:
+    """``DELETE /secrets/{name}`` (admin): 204, or 409 naming the live webhooks that use it."""
+    who = await require(request, "admin")
+    name = request.match_info["name"]
+    async with sessions(request)() as session, session.begin():
+        if await secret_store.get(session, who.team_id, name) is None:
+            raise ResourceNotFound(f"secret {name!r} does not exist")
+        used = (await users(session, who.team_id, name)).get(name, [])
+        if used:
+            raise Conflict(
+                f"secret {name!r} is used by webhook{'s' if len(used) > 1 else ''} {', '.join(used)};"
+                " delete those webhooks (or point their definitions at another secret) first"
+            )
+        await secret_store.delete_secret(session, who.team_id, name)
+    return web.Response(status=204)
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get(PREFIX + "/secrets", list_secrets)
+    app.router.add_post(PREFIX + "/secrets", create_secret)
+    app.router.add_put(PREFIX + "/secrets/{name}", set_secret)
+    app.router.add_delete(PREFIX + "/secrets/{name}", delete_secret)

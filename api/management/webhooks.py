@@ -1,0 +1,330 @@
+"""Webhook management under ``/api/v1/factory/{uid}/webhooks`` (DESIGN §7, seed §2.4, §3, §4.4).
+
+Every webhook secret is a team secret, referenced by name; a webhook verifies with the secret *version*
+it captured (``Webhook.secret_version``), so the ingress reads one immutable value per request and a
+rotation is a version move. Who moves it:
+
+- API-managed factory: rotating moves the webhook to the new version at once (old value dead, no
+  overlap); supplying a provider secret later captures it; re-enabling re-captures the current version.
+- definitions-managed factory (DESIGN §4.10): rotating gives the team secret a new version, and the
+  webhook keeps its captured one until its definition next applies; toggling ``enabled`` off and on
+  is such an apply. Creating, renaming and deleting are refused (409): the repository owns them.
+
+Disabling or deleting takes effect on the very next delivery (ingress reads the row every time);
+deleting is a soft delete so the UID, and any automation selecting it, stay visible but never fire.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy import select, tuple_, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import BadRequest, Conflict, ResourceNotFound, ValidationFailed
+from api.auth import require
+from api.context import BOX, CLOCK, SETTINGS, sessions
+from api.factories.routes import load_factory
+from api.factories.serialize import webhook_json
+from api.management import PREFIX, fail_on, optional_string, read_body, read_optional_json, unknown_fields
+from api.management.webhook_rules import (
+    MAX_WEBHOOKS,
+    SIGNATURE,
+    URL_TOKEN,
+    check_name,
+    generated_secret,
+    new_secret_value,
+    parse_create,
+    secret_problem,
+    suggested_secret_name,
+)
+from api.problems import field_error
+from api.runs.pagination import Cursor, InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
+from store import ids
+from store import secrets as secret_store
+from store.models import Factory, Webhook
+
+DEFINITIONS = "definitions"
+
+
+def webhook_view(row: Webhook, base_url: str) -> dict[str, Any]:
+    """The webhook object, plus whether its secret is configured (False until a provider secret is given)."""
+    return webhook_json(row, base_url) | {"secret_configured": row.secret_version is not None}
+
+
+def with_secret(view: dict[str, Any], row: Webhook, value: str) -> dict[str, Any]:
+    """A response that shows a secret once; a url_token webhook also gets its full, secret URL."""
+    view["secret"] = value
+    if row.auth_mode == URL_TOKEN:
+        view["ingress_url_with_token"] = view["ingress_url"].replace("{token}", value)
+    return view
+
+
+async def load_webhook(
+    session: AsyncSession, team_id: str, factory_uid: str, uid: str
+) -> tuple[Factory, Webhook]:
+    """The factory and its live webhook ``uid``; 404 when either is missing, deleted or another team's."""
+    factory = await load_factory(session, team_id, factory_uid)
+    row = await session.get(Webhook, uid)
+    if row is None or row.factory_uid != factory.uid or row.team_id != team_id or row.deleted_at is not None:
+        raise ResourceNotFound(f"webhook {uid} does not exist in factory {factory_uid}")
+    return factory, row
+
+
+async def _name_taken(session: AsyncSession, factory_uid: str, name: str) -> bool:
+    stmt = select(Webhook.uid).where(
+        Webhook.factory_uid == factory_uid, Webhook.name == name, Webhook.deleted_at.is_(None)
+    )
+    return (await session.execute(stmt)).first() is not None
+
+
+async def _flush(session: AsyncSession, what: str) -> None:
+    """Flush; a unique index refusing the write (a concurrent create) becomes a 409."""
+    try:
+        await session.flush()
+    except IntegrityError:
+        raise Conflict(f"{what} was taken concurrently; retry") from None
+
+
+async def create_webhook(request: web.Request) -> web.Response:
+    """``POST .../webhooks`` (admin): 201 with the webhook and, this once, its secret."""
+    who = await require(request, "admin")
+    spec = parse_create(await read_body(request))
+    clock, box = request.app[CLOCK], request.app[BOX]
+    factory_uid = request.match_info["uid"]
+    shown: str | None = None
+    async with sessions(request)() as session, session.begin():
+        # A no-op write first: it serialises creates per factory, so the limit of 20 holds under races.
+        await session.execute(
+            update(Factory)
+            .where(Factory.uid == factory_uid, Factory.team_id == who.team_id)
+            .values(updated_at=Factory.updated_at)
+        )
+        factory = await load_factory(session, who.team_id, factory_uid)
+        if factory.managed_by == DEFINITIONS:
+            raise Conflict(
+                f"factory {factory.name!r} is managed through definition files: add webhooks/{spec.name}.yaml"
+                " to its repository instead (the repository is the source of truth)"
+            )
+        live = (
+            await session.execute(
+                select(Webhook.name).where(Webhook.factory_uid == factory.uid, Webhook.deleted_at.is_(None))
+            )
+        ).scalars()
+        names = set(live)
+        if spec.name in names:
+            raise Conflict(f"factory {factory.name!r} already has a webhook named {spec.name!r}")
+        if len(names) >= MAX_WEBHOOKS:
+            raise Conflict(f"factory {factory.name!r} already has {MAX_WEBHOOKS} webhooks, the maximum")
+        existing = await secret_store.get(session, who.team_id, spec.secret_name)
+        if existing is not None:
+            if spec.secret is not None:
+                raise ValidationFailed(
+                    f"secret_name {spec.secret_name!r} names an existing team secret, whose value is reused;"
+                    " omit secret, or choose a new secret_name",
+                    errors=[
+                        field_error("secret", "must be omitted when secret_name names an existing secret")
+                    ],
+                )
+            value, version = await secret_store.reveal(session, box, who.team_id, spec.secret_name)
+            problem = secret_problem(spec.auth_mode, spec.signature_scheme, value)
+            if problem:
+                message = f"existing secret {spec.secret_name!r} {problem}"
+                raise ValidationFailed(message, errors=[field_error("secret_name", message)])
+            captured: int | None = version
+        else:
+            shown = spec.secret or generated_secret(spec.auth_mode, spec.signature_scheme)
+            captured = None
+            if shown is not None:
+                info = await secret_store.create(session, box, clock, who.team_id, spec.secret_name, shown)
+                captured = info.version
+        now = clock.now()
+        row = Webhook(
+            uid=ids.new_id(ids.WEBHOOK),
+            team_id=who.team_id,
+            factory_uid=factory.uid,
+            name=spec.name,
+            auth_mode=spec.auth_mode,
+            signature_scheme=spec.signature_scheme,
+            secret_name=spec.secret_name,
+            secret_version=captured,
+            delivery_id_header=spec.delivery_id_header,
+            enabled=True,
+            managed_by="api",
+            created_at=now,
+            updated_at=now,
+            deleted_at=None,
+        )
+        session.add(row)
+        await _flush(session, f"the webhook name {spec.name!r} or secret name {spec.secret_name!r}")
+    view = webhook_view(row, request.app[SETTINGS].base_url)
+    return web.json_response(with_secret(view, row, shown) if shown is not None else view, status=201)
+
+
+async def list_webhooks(request: web.Request) -> web.Response:
+    """``GET .../webhooks`` (member): live webhooks (enabled or not) by name, keyset-paginated."""
+    who = await require(request, "member")
+    factory_uid = request.match_info["uid"]
+    try:
+        limit = parse_limit(request.query.get("limit"), default=50, maximum=100)
+    except ValueError as exc:
+        raise ValidationFailed(str(exc), errors=[field_error("limit", str(exc))]) from None
+    fp = fingerprint({"list": "webhooks", "factory": factory_uid})
+    stmt = select(Webhook).where(Webhook.factory_uid == factory_uid, Webhook.deleted_at.is_(None))
+    raw = request.query.get("cursor")
+    if raw is not None:
+        try:
+            after = decode_cursor(raw, fp)
+        except InvalidCursor as exc:
+            raise BadRequest(f"cursor: {exc}") from None
+        stmt = stmt.where(tuple_(Webhook.name, Webhook.uid) > tuple_(after.value or "", after.row_id))
+    async with sessions(request)() as session:
+        await load_factory(session, who.team_id, factory_uid)
+        rows = list(
+            (await session.execute(stmt.order_by(Webhook.name, Webhook.uid).limit(limit + 1))).scalars()
+        )
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_cursor(Cursor(value=rows[-1].name, row_id=rows[-1].uid), fp)
+    base = request.app[SETTINGS].base_url
+    return web.json_response(
+        {
+            "webhooks": [webhook_view(r, base) for r in rows],
+            "page_info": {"has_next_page": next_cursor is not None, "next_cursor": next_cursor},
+        }
+    )
+
+
+async def get_webhook(request: web.Request) -> web.Response:
+    who = await require(request, "member")
+    async with sessions(request)() as session:
+        _, row = await load_webhook(
+            session, who.team_id, request.match_info["uid"], request.match_info["wid"]
+        )
+    return web.json_response(webhook_view(row, request.app[SETTINGS].base_url))
+
+
+async def patch_webhook(request: web.Request) -> web.Response:
+    """``PATCH .../webhooks/{wid}`` (admin) ``{enabled?, name?}``."""
+    who = await require(request, "admin")
+    body = await read_body(request)
+    errors = unknown_fields(body, {"enabled", "name"})
+    enabled = body.get("enabled")
+    if "enabled" in body and not isinstance(enabled, bool):
+        errors.append(field_error("enabled", "must be true or false"))
+    name = check_name(body["name"], errors) if "name" in body else None
+    if not body:
+        errors.append(field_error("enabled", "give enabled and/or name"))
+    fail_on(errors)
+    clock = request.app[CLOCK]
+    async with sessions(request)() as session, session.begin():
+        factory, row = await load_webhook(
+            session, who.team_id, request.match_info["uid"], request.match_info["wid"]
+        )
+        changed = False
+        if name is not None and name != row.name:
+            if factory.managed_by == DEFINITIONS:
+                raise Conflict(
+                    "renaming is not supported on a factory managed through definition files; renaming"
+                    " webhooks/<name>.yaml in the repository creates a new webhook with a new UID"
+                )
+            if await _name_taken(session, factory.uid, name):
+                raise Conflict(f"factory {factory.name!r} already has a webhook named {name!r}")
+            row.name, changed = name, True
+        if isinstance(enabled, bool) and enabled != row.enabled:
+            row.enabled, changed = enabled, True
+            if enabled and row.secret_name is not None:
+                # Re-enabling re-applies the webhook: it captures its secret's current version (DESIGN §4.10).
+                secret = await secret_store.get(session, who.team_id, row.secret_name)
+                if secret is not None:
+                    row.secret_version = secret.current_version
+        if changed:
+            row.updated_at = clock.now()
+            await _flush(session, f"the webhook name {row.name!r}")
+    return web.json_response(webhook_view(row, request.app[SETTINGS].base_url))
+
+
+async def rotate_secret(request: web.Request) -> web.Response:
+    """``POST .../{wid}/rotate-secret`` (admin) ``{secret?}``: a new secret, shown once."""
+    who = await require(request, "admin")
+    body = await read_optional_json(request)
+    errors = unknown_fields(body, {"secret"})
+    given = optional_string(body, "secret", errors)
+    fail_on(errors)
+    clock, box = request.app[CLOCK], request.app[BOX]
+    async with sessions(request)() as session, session.begin():
+        factory, row = await load_webhook(
+            session, who.team_id, request.match_info["uid"], request.match_info["wid"]
+        )
+        value = new_secret_value(row.auth_mode, row.signature_scheme, given)
+        name = row.secret_name or suggested_secret_name(row.name)
+        if await secret_store.get(session, who.team_id, name) is None:
+            info = await secret_store.create(session, box, clock, who.team_id, name, value)
+        else:
+            info = await secret_store.set_value(session, box, clock, who.team_id, name, value)
+        deferred = factory.managed_by == DEFINITIONS and row.secret_version is not None
+        if not deferred:
+            row.secret_name, row.secret_version, row.updated_at = name, info.version, clock.now()
+    view = with_secret(webhook_view(row, request.app[SETTINGS].base_url), row, value)
+    view["applies_on_next_apply"] = deferred
+    return web.json_response(view)
+
+
+async def supply_secret(request: web.Request) -> web.Response:
+    """``POST .../{wid}/secret`` (admin) ``{secret}``: the provider's signing secret, after creation."""
+    who = await require(request, "admin")
+    body = await read_body(request)
+    errors = unknown_fields(body, {"secret"})
+    given = optional_string(body, "secret", errors)
+    if given is None and not errors:
+        errors.append(field_error("secret", "is required: the provider's signing secret"))
+    fail_on(errors)
+    assert given is not None
+    clock, box = request.app[CLOCK], request.app[BOX]
+    async with sessions(request)() as session, session.begin():
+        _, row = await load_webhook(
+            session, who.team_id, request.match_info["uid"], request.match_info["wid"]
+        )
+        if row.auth_mode != SIGNATURE:
+            raise Conflict(f"{row.auth_mode} webhooks use a service-generated secret; use rotate-secret")
+        if row.secret_version is not None:
+            raise Conflict("this webhook already has its signing secret; use rotate-secret to replace it")
+        value = new_secret_value(row.auth_mode, row.signature_scheme, given)
+        name = row.secret_name or suggested_secret_name(row.name)
+        if await secret_store.get(session, who.team_id, name) is None:
+            info = await secret_store.create(session, box, clock, who.team_id, name, value)
+        else:
+            info = await secret_store.set_value(session, box, clock, who.team_id, name, value)
+        row.secret_name, row.secret_version, row.updated_at = name, info.version, clock.now()
+    return web.json_response(webhook_view(row, request.app[SETTINGS].base_url))
+
+
+async def delete_webhook(request: web.Request) -> web.Response:
+    """``DELETE .../webhooks/{wid}`` (admin): senders get 404 at once; automations keep their triggers."""
+    who = await require(request, "admin")
+    clock = request.app[CLOCK]
+    async with sessions(request)() as session, session.begin():
+        factory, row = await load_webhook(
+            session, who.team_id, request.match_info["uid"], request.match_info["wid"]
+        )
+        if factory.managed_by == DEFINITIONS:
+            raise Conflict(
+                f"factory {factory.name!r} is managed through definition files: remove"
+                f" {row.definition_path or 'the webhook file'} from its repository (or disable the webhook)"
+            )
+        row.deleted_at = row.updated_at = clock.now()
+    return web.Response(status=204)
+
+
+def setup(app: web.Application) -> None:
+    base = PREFIX + "/factory/{uid}/webhooks"
+    app.router.add_get(base, list_webhooks)
+    app.router.add_post(base, create_webhook)
+    app.router.add_get(base + "/{wid}", get_webhook)
+    app.router.add_patch(base + "/{wid}", patch_webhook)
+    app.router.add_delete(base + "/{wid}", delete_webhook)
+    app.router.add_post(base + "/{wid}/rotate-secret", rotate_secret)
+    app.router.add_post(base + "/{wid}/secret", supply_secret)

@@ -1,0 +1,199 @@
+"""Fixtures for management API tests: the real app (every route module, ingress included) on a real
+database, keys per role, and an ``mgmt`` helper that drives the API the way a dashboard would. Test
+modules import :class:`Mgmt` only for type checking (``conftest`` is not a unique module name).
+
+Definitions-managed factories and automations are written as ORM rows, exactly as an apply leaves them:
+the management API only reads them, and these tests must not depend on the reconciler.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from api.app import ROUTE_MODULES, create_app
+from api.context import ServerSettings
+from store import apikeys, ids
+from store import secrets as secret_store
+from store.clock import SystemClock
+from store.crypto import SecretBox
+from store.models import Automation, AutomationWebhook, Factory, Webhook
+from store.teams import ensure_team
+
+PUBLIC_URL = "http://factory.test"
+
+
+@pytest.fixture
+def api_app(tmp_path: Path, engine: AsyncEngine, box: SecretBox) -> web.Application:
+    settings = ServerSettings(data_dir=tmp_path, public_url=PUBLIC_URL)
+    return create_app(settings, engine, box, route_modules=ROUTE_MODULES)
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@dataclass
+class Mgmt:
+    """A dashboard's view of the API: a client, keys of each role, and shortcuts for common set-up."""
+
+    client: TestClient[Any, Any]
+    sessions: async_sessionmaker[AsyncSession]
+    box: SecretBox
+    team_id: str
+    admin: dict[str, str]
+    member: dict[str, str]
+    worker: dict[str, str]
+    other_admin: dict[str, str]
+
+    async def factory(self, name: str = "shop") -> str:
+        resp = await self.client.post("/api/v1/factory", json={"name": name}, headers=self.admin)
+        assert resp.status == 201, await resp.text()
+        uid: str = (await resp.json())["uid"]
+        return uid
+
+    async def webhook(self, factory_uid: str, **body: Any) -> dict[str, Any]:
+        body.setdefault("name", "orders")
+        resp = await self.client.post(
+            f"/api/v1/factory/{factory_uid}/webhooks", json=body, headers=self.admin
+        )
+        assert resp.status == 201, await resp.text()
+        out: dict[str, Any] = await resp.json()
+        return out
+
+    async def call(
+        self, method: str, path: str, headers: dict[str, str] | None = None, **kw: Any
+    ) -> tuple[int, Any]:
+        resp = await self.client.request(
+            method, path, headers=self.admin if headers is None else headers, **kw
+        )
+        if resp.status == 204:
+            return 204, None
+        return resp.status, await resp.json(content_type=None)
+
+    async def secret(self, name: str, value: str) -> None:
+        async with self.sessions() as s, s.begin():
+            await secret_store.create(s, self.box, SystemClock(), self.team_id, name, value)
+
+    async def definitions_factory(
+        self, name: str = "repo-shop", webhooks: tuple[str, ...] = ("github",)
+    ) -> str:
+        """A factory as an apply from files leaves it, with token webhooks using secret ``<name>-token``."""
+        now = dt.datetime.now(dt.UTC)
+        uid = ids.new_id(ids.FACTORY)
+        async with self.sessions() as s, s.begin():
+            s.add(
+                Factory(
+                    uid=uid,
+                    team_id=self.team_id,
+                    name=name,
+                    managed_by="definitions",
+                    agents={"foreman": {}},
+                    conditions=[],
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            await s.flush()
+            for hook in webhooks:
+                info = await secret_store.create(
+                    s, self.box, SystemClock(), self.team_id, f"{hook}-token", secret_store.generate_value()
+                )
+                s.add(
+                    Webhook(
+                        uid=ids.new_id(ids.WEBHOOK),
+                        team_id=self.team_id,
+                        factory_uid=uid,
+                        name=hook,
+                        auth_mode="token",
+                        secret_name=f"{hook}-token",
+                        secret_version=info.version,
+                        enabled=True,
+                        managed_by="definitions",
+                        definition_path=f"webhooks/{hook}.yaml",
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+        return uid
+
+    async def automation(
+        self,
+        factory_uid: str,
+        triggers: list[tuple[list[str], dict[str, Any] | None]],
+        *,
+        name: str = "triage",
+        enabled: bool = True,
+    ) -> str:
+        """An automation with a webhook trigger per ``(webhook_ids, payload filter)``, plus routing rows."""
+        now = dt.datetime.now(dt.UTC)
+        uid = ids.new_id(ids.AUTOMATION)
+        specs = []
+        for webhook_ids, flt in triggers:
+            f: dict[str, Any] = {"webhook_ids": webhook_ids}
+            if flt is not None:
+                f["payload"] = flt
+            specs.append({"provider": "webhook", "event": "received", "filter": f})
+        async with self.sessions() as s, s.begin():
+            s.add(
+                Automation(
+                    uid=uid,
+                    team_id=self.team_id,
+                    factory_uid=factory_uid,
+                    name=name,
+                    enabled=enabled,
+                    agent="foreman",
+                    config={},
+                    prompt="Triage the event.",
+                    triggers=specs,
+                    definition_path=f"automations/{name}/automation.md",
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            await s.flush()
+            for index, (webhook_ids, flt) in enumerate(triggers):
+                for wid in webhook_ids:
+                    s.add(
+                        AutomationWebhook(
+                            automation_uid=uid, trigger_index=index, webhook_uid=wid, payload_filter=flt
+                        )
+                    )
+        return uid
+
+
+@pytest.fixture
+async def mgmt(
+    aiohttp_client: Any, api_app: web.Application, sessions: async_sessionmaker[AsyncSession], box: SecretBox
+) -> Mgmt:
+    client: TestClient[Any, Any] = await aiohttp_client(api_app)
+    keys: dict[str, str] = {}
+    async with sessions() as s, s.begin():
+        team = await ensure_team(s)
+        other = await ensure_team(s, "other-team")
+        for role, team_row, hosts in (
+            ("admin", team, None),
+            ("member", team, None),
+            ("worker", team, ["host-a"]),
+            ("other_admin", other, None),
+        ):
+            real_role = "admin" if role == "other_admin" else role
+            _row, keys[role] = await apikeys.create_key(s, SystemClock(), team_row.id, role, real_role, hosts)
+        team_id = team.id
+    return Mgmt(
+        client=client,
+        sessions=sessions,
+        box=box,
+        team_id=team_id,
+        admin=auth(keys["admin"]),
+        member=auth(keys["member"]),
+        worker=auth(keys["worker"]),
+        other_admin=auth(keys["other_admin"]),
+    )

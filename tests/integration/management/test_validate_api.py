@@ -1,0 +1,134 @@
+"""``POST /api/v1/factory-files/validate``: the online validation CI runs, over HTTP, with the real checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.app import ROUTE_MODULES, create_app
+from api.context import ServerSettings
+from api.management.validate import VALIDATOR
+from factoryctl.validation_service import make_validator
+from store.crypto import SecretBox
+
+if TYPE_CHECKING:
+    from conftest import Mgmt
+
+PATH = "/api/v1/factory-files/validate"
+FILES = {
+    "factory.yaml": "name: ci-check\n",
+    "webhooks/orders.yaml": "secretName: orders-token\n",
+    "webhooks/cron.yaml": "authMode: url_token\nsecretName: cron-token\n",
+}
+
+
+@pytest.fixture
+def api_app(api_app: web.Application, box: SecretBox) -> web.Application:
+    api_app[VALIDATOR] = make_validator(box)
+    return api_app
+
+
+def rules_of(report: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(e["rule"], e["path"]) for f in report["factories"] for e in f["errors"]]
+
+
+async def test_online_checks_follow_the_team_secrets(mgmt: Mgmt) -> None:
+    status, report = await mgmt.call("POST", PATH, mgmt.member, json={"files": FILES})
+    assert status == 200 and report["valid"] is False
+    assert rules_of(report) == [("FC040", "webhooks/cron.yaml"), ("FC040", "webhooks/orders.yaml")]
+    first = report["factories"][0]["errors"][0]
+    assert first["line"] == 2 and first["column"] > 0 and "cron-token" in first["message"]
+    assert report["factories"][0]["name"] == "ci-check" and report["summary"]["files"] == 3
+
+    await mgmt.call("POST", "/api/v1/secrets", json={"name": "orders-token"})
+    await mgmt.call("POST", "/api/v1/secrets", json={"name": "cron-token", "value": "not url/safe"})
+    _, report = await mgmt.call("POST", PATH, json=FILES)  # a bare path -> content map works too
+    assert rules_of(report) == [("FC041", "webhooks/cron.yaml")]
+
+    await mgmt.call("PUT", "/api/v1/secrets/cron-token")
+    _, report = await mgmt.call("POST", PATH, json=FILES)
+    assert report["valid"] is True and report["summary"] == {"files": 3, "errors": 0, "warnings": 0}
+
+    # Another team's store has none of these secrets.
+    _, report = await mgmt.call("POST", PATH, mgmt.other_admin, json=FILES)
+    assert [r for r, _ in rules_of(report)] == ["FC040", "FC040"]
+
+
+async def test_multipart_upload_and_definition_errors(mgmt: Mgmt) -> None:
+    await mgmt.call("POST", "/api/v1/secrets", json={"name": "orders-token"})
+    form = aiohttp.FormData()
+    form.add_field("factory.yaml", b"name: ci-check\n", filename="factory.yaml")
+    form.add_field(
+        "webhooks/orders.yaml", b"secretName: orders-token\nauthMode: basic\n", filename="orders.yaml"
+    )
+    form.add_field(
+        "./automations/triage/automation.md",
+        b"---\ntriggers:\n  - provider: webhook\n    event: received\n    filter:\n"
+        b"      webhook_ids: [wh_00000000000000000000000000]\n---\nTriage it.\n",
+        filename="automation.md",
+    )
+    resp = await mgmt.client.post(PATH, data=form, headers=mgmt.admin)
+    assert resp.status == 200
+    report = await resp.json()
+    assert report["valid"] is False
+    found = rules_of(report)
+    assert ("FC010", "webhooks/orders.yaml") in found  # schema: authMode basic
+    assert ("FC043", "automations/triage/automation.md") in found  # UID not in this factory
+    schema = next(e for e in report["factories"][0]["errors"] if e["rule"] == "FC010")
+    assert schema["line"] == 2
+    assert "/tmp" not in str(report) and "factory-validate" not in str(report)
+
+
+async def test_store_webhook_uids_count_for_an_applied_factory(mgmt: Mgmt) -> None:
+    fa = await mgmt.definitions_factory(name="ci-check", webhooks=("orders",))
+    _, listed = await mgmt.call("GET", f"/api/v1/factory/{fa}/webhooks")
+    uid = listed["webhooks"][0]["uid"]
+    files = {
+        "factory.yaml": "name: ci-check\n",
+        "webhooks/orders.yaml": "secretName: orders-token\n",
+        "automations/triage/automation.md": (
+            f"---\ntriggers:\n  - provider: webhook\n    event: received\n    filter:\n"
+            f"      webhook_ids: [{uid}]\n---\nTriage it.\n"
+        ),
+    }
+    _, report = await mgmt.call("POST", PATH, json=files)
+    assert report["valid"] is True, report
+    files["automations/triage/automation.md"] = files["automations/triage/automation.md"].replace(
+        uid, "orders"
+    )
+    _, report = await mgmt.call("POST", PATH, json=files)
+    names_file = next(e for e in report["factories"][0]["errors"] if e["rule"] == "FC031")
+    assert uid in (names_file["hint"] or "") + names_file["message"]
+
+
+async def test_bad_uploads_are_422(mgmt: Mgmt) -> None:
+    for files in (
+        {"../factory.yaml": "name: x\n"},
+        {"/etc/factory.yaml": "name: x\n"},
+        {"webhooks//a.yaml": "x"},
+        {"factory.yaml": 5},
+        {},
+    ):
+        status, problem = await mgmt.call("POST", PATH, json={"files": files})
+        assert status == 422 and problem["errors"][0]["field"].startswith("files"), files
+
+
+async def test_roles(mgmt: Mgmt) -> None:
+    assert (await mgmt.call("POST", PATH, mgmt.worker, json=FILES))[0] == 403
+    assert (await mgmt.client.post(PATH, json=FILES)).status == 401
+
+
+async def test_without_a_validator_the_endpoint_is_501(
+    aiohttp_client: Any, tmp_path: Path, engine: AsyncEngine, box: SecretBox, mgmt: Mgmt
+) -> None:
+    app = create_app(ServerSettings(data_dir=tmp_path), engine, box, route_modules=ROUTE_MODULES)
+    client = await aiohttp_client(app)
+    resp = await client.post(PATH, json=FILES, headers=mgmt.member)
+    assert (
+        resp.status == 501 and (await resp.json(content_type=None))["error_code"] == "feature_not_available"
+    )
