@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.app import ROUTE_MODULES, Lifecycle, create_app
 from api.context import ServerSettings
+from api.management.validate import VALIDATOR
 from api.ops import JsonAccessLogger
 from factoryctl.context import CliContext
 from factoryctl.reconcile_lifecycle import make_source, reconciler_lifecycle
+from factoryctl.validation_service import make_validator
 from store import apikeys
 from store.clock import SystemClock
 from store.crypto import SecretBox
@@ -169,7 +170,7 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
     try:
         box = ctx.secret_box()
         engine = await connect_with_retry(ctx.database_url, attempts=options.db_connect_attempts)
-    except Exception as exc:  # noqa: BLE001 - a clear message instead of a traceback at startup
+    except Exception as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     key_file = await bootstrap_admin_key(engine, settings.data_dir, options.team)
@@ -178,6 +179,7 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
     app = create_app(
         settings, engine, box, lifecycles=lifecycles_for(options, engine, box), route_modules=ROUTE_MODULES
     )
+    app[VALIDATOR] = make_validator(box)  # POST /factory-files/validate (api/ must not import the reconciler)
     runner = web.AppRunner(app, access_log_class=JsonAccessLogger, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
