@@ -1,10 +1,65 @@
-"""`factoryctl` commands: worker (not wired yet)."""
+"""``factoryctl worker``: a self-hosted worker that claims runs for its host ID over HTTP."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
 from typing import Any
+
+from factoryctl.context import CliContext
 
 
 def register(sub: Any) -> None:  # argparse subparsers
-    del sub
+    p = sub.add_parser("worker", help="run a self-hosted worker for one worker host ID")
+    p.add_argument("--server", default=None, metavar="URL", help="control plane URL (env FACTORY_API_URL)")
+    p.add_argument("--host-id", required=True, metavar="ID", help="the worker host ID runs are routed to")
+    p.add_argument("--harness", choices=("echo", "command"), default="echo", help="default harness (echo)")
+    p.add_argument(
+        "--command", dest="harness_command", default=None, metavar="CMD", help="command harness CLI"
+    )
+    p.add_argument("--concurrency", type=int, default=1, metavar="N", help="runs executed at once (1)")
+    p.add_argument("--workspace-root", default=None, metavar="DIR", help="run workspaces (default: temp dir)")
+    p.add_argument("--wait-seconds", type=float, default=20.0, help=argparse.SUPPRESS)
+    p.set_defaults(handler=_worker)
+
+
+def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
+    key = ctx.api_key()
+    if not key:
+        print(
+            "error: set FACTORY_API_KEY to a worker key (factoryctl keys create --role worker)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.concurrency < 1:
+        print("error: --concurrency must be at least 1", file=sys.stderr)
+        return 2
+    if args.harness == "command" and not args.harness_command:
+        print("error: --harness command needs --command CMD", file=sys.stderr)
+        return 2
+    host_id = args.host_id.strip()
+    if not host_id or host_id == "warp":
+        print("error: --host-id must name this worker (not empty, not 'warp')", file=sys.stderr)
+        return 2
+    from api.worker.agent import RemoteWorker
+    from api.workers.execution import scrubbed_environment
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    worker = RemoteWorker(
+        ctx.api_url(args.server),
+        key,
+        host_id,
+        harness=args.harness,
+        command=args.harness_command,
+        concurrency=args.concurrency,
+        workspace_root=Path(args.workspace_root).resolve() if args.workspace_root else None,
+        wait_seconds=args.wait_seconds,
+        harness_env=scrubbed_environment(ctx.env),  # the agent never sees the worker's own key
+    )
+    try:
+        return asyncio.run(worker.run_until_signalled())
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,242 @@
+"""Service-hosted workers (``serve --workers N``) and the lease reaper, as app lifecycles.
+
+The N workers claim runs routed to service-hosted workers (``worker_host`` ``""``) straight from
+the store, in this process: no HTTP, but the same queue functions, the same claim answer and the
+same execution path (:func:`api.workers.execution.execute`) as a self-hosted worker. The reaper
+applies the lease-lapse rules every few seconds; it runs even with ``--workers 0``, because
+self-hosted workers hold leases too.
+
+On shutdown the workers stop claiming, running harnesses are cancelled (their runs end ERROR
+``resource_unavailable``, retryable) and every task is awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api.context import CLOCK, SESSIONS, SETTINGS
+from api.runs import queue
+from api.runs.states import IllegalTransition
+from api.worker import InvalidClaim
+from api.worker.job import Job, Outcome
+from api.workers import CLAIM_SIGNAL, ClaimSignal
+from api.workers.execution import ExecutionSettings, HeartbeatReply, LeaseLost, LogLine, execute
+from api.workers.payload import claim_payload, followup_json
+from store import NotFound
+from store.clock import Clock
+
+log = logging.getLogger("factoryctl.workers")
+Lifecycle = Callable[[web.Application], AsyncIterator[None]]
+SERVICE_HOSTS = ("",)
+STOP_TIMEOUT_SECONDS = 20.0
+
+
+class StoreChannel:
+    """:class:`api.workers.execution.RunChannel` backed directly by the store."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        clock: Clock,
+        run_id: str,
+        owner: str,
+        lease_seconds: float,
+    ) -> None:
+        self.sessions, self.clock = sessions, clock
+        self.run_id, self.owner, self.lease_seconds = run_id, owner, lease_seconds
+
+    async def heartbeat(self, *, start: bool) -> HeartbeatReply:
+        try:
+            async with self.sessions() as session, session.begin():
+                beat = await queue.heartbeat(
+                    session,
+                    self.clock,
+                    self.run_id,
+                    owner=self.owner,
+                    lease_seconds=self.lease_seconds,
+                    start=start,
+                )
+                followups = [followup_json(f) for f in beat.followups]
+        except (queue.LeaseLost, NotFound, IllegalTransition) as exc:
+            raise LeaseLost(str(exc)) from exc
+        return HeartbeatReply(beat.cancel_requested, followups, beat.state)
+
+    async def send_logs(self, lines: Sequence[LogLine]) -> None:
+        try:
+            async with self.sessions() as session, session.begin():
+                await queue.append_logs(session, self.clock, self.run_id, lines, owner=self.owner)
+        except (queue.LeaseLost, NotFound) as exc:
+            raise LeaseLost(str(exc)) from exc
+
+    async def report(self, outcome: Outcome) -> None:
+        try:
+            async with self.sessions() as session, session.begin():
+                await queue.report_state(
+                    session,
+                    self.clock,
+                    self.run_id,
+                    owner=self.owner,
+                    state=outcome.state,
+                    status_message=outcome.status_message,
+                )
+        except (queue.LeaseLost, NotFound, IllegalTransition) as exc:
+            raise LeaseLost(str(exc)) from exc
+
+
+async def reap_once(sessions: async_sessionmaker[AsyncSession], clock: Clock) -> int:
+    async with sessions() as session, session.begin():
+        return await queue.reap_expired_leases(session, clock)
+
+
+async def _reaper(app: web.Application, interval: float) -> None:
+    signal = app.get(CLAIM_SIGNAL)
+    while True:
+        try:
+            moved = await reap_once(app[SESSIONS], app[CLOCK])
+            if moved:
+                log.info("lease reaper: %d run(s) with lapsed leases moved on", moved)
+                if signal is not None:
+                    signal.wake()  # some may be QUEUED again
+        except Exception:
+            log.exception("lease reaper failed; retrying")
+        await asyncio.sleep(interval)
+
+
+def lease_reaper(interval_seconds: float = 5.0) -> Lifecycle:
+    """A lifecycle running only the reaper (for processes without service-hosted workers)."""
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(_reaper(app, interval_seconds), name="lease-reaper")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return lifecycle
+
+
+class ServiceWorker:
+    """One in-process worker task: claim, execute, repeat."""
+
+    def __init__(
+        self,
+        app: web.Application,
+        owner: str,
+        settings: ExecutionSettings,
+        stop: asyncio.Event,
+        abort: asyncio.Event,
+    ) -> None:
+        self.app, self.owner, self.settings = app, owner, settings
+        self.stop, self.abort = stop, abort
+        self.signal = app.get(CLAIM_SIGNAL) or ClaimSignal()
+        self.poll_seconds = 0.5
+
+    async def run(self) -> None:
+        peek, failures = False, 0
+        while not self.stop.is_set():
+            woken = self.signal.current()
+            try:
+                payload = await self.claim(peek=peek)
+                failures = 0
+            except Exception:
+                failures += 1
+                log.exception("service worker %s: claim failed", self.owner)
+                await asyncio.sleep(min(30.0, 0.5 * 2 ** min(failures, 6)))
+                continue
+            if payload is None:
+                peek = True
+                await ClaimSignal.wait(woken, self.poll_seconds)
+                continue
+            peek = False
+            await self.execute(payload)
+
+    async def claim(self, *, peek: bool) -> dict[str, Any] | None:
+        sessions, clock = self.app[SESSIONS], self.app[CLOCK]
+        if peek:
+            async with sessions() as session:
+                if not await queue.queued_exists(session, worker_hosts=SERVICE_HOSTS):
+                    return None
+        lease = self.app[SETTINGS].lease_seconds
+        async with sessions() as session, session.begin():
+            run = await queue.claim_next(
+                session, clock, worker_hosts=SERVICE_HOSTS, owner=self.owner, lease_seconds=lease
+            )
+            return None if run is None else await claim_payload(session, clock, run, lease)
+
+    async def execute(self, payload: dict[str, Any]) -> None:
+        run, lease = payload["run"], float(payload["lease_seconds"])
+        channel = StoreChannel(self.app[SESSIONS], self.app[CLOCK], str(run["run_id"]), self.owner, lease)
+        try:
+            try:
+                job = Job.from_claim(run)
+            except InvalidClaim as exc:
+                await channel.report(Outcome.error(f"invalid claim: {exc}", "internal_error"))
+                return
+            outcome = await execute(job, channel, self.settings, stop=self.abort)
+            log.info("run %s: %s", job.run_id, outcome.state if outcome else "abandoned (lease lost)")
+        except LeaseLost as exc:
+            log.warning("run %s: %s", run["run_id"], exc)
+        except Exception:
+            log.exception("run %s: execution failed", run["run_id"])
+
+
+def service_workers(
+    n: int,
+    harness_name: str,
+    command: str | None,
+    workspace_root: Path | None,
+    *,
+    harness_env: Mapping[str, str] | None = None,
+    heartbeat_seconds: float | None = None,
+    reap_interval_seconds: float = 5.0,
+) -> Lifecycle:
+    """A cleanup_ctx lifecycle running ``n`` service-hosted workers plus the lease reaper.
+
+    ``workspace_root`` None uses ``<data-dir>/workspaces``; ``harness_env`` None lets agents
+    inherit this process's environment (pass a scrubbed copy, see
+    :func:`api.workers.execution.scrubbed_environment`).
+    """
+    if n < 0:
+        raise ValueError("the number of service workers must be 0 or more")
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        settings = app[SETTINGS]
+        beat = heartbeat_seconds or max(0.2, min(settings.lease_seconds / 3, 2.0))
+        execution = ExecutionSettings(
+            harness=harness_name,
+            command=command,
+            workspace_root=workspace_root or settings.data_dir / "workspaces",
+            heartbeat_seconds=beat,
+            harness_env=harness_env,
+        )
+        stop, abort = asyncio.Event(), asyncio.Event()
+        instance = secrets.token_hex(4)
+        workers = [
+            asyncio.create_task(ServiceWorker(app, f"service:{instance}/{i}", execution, stop, abort).run())
+            for i in range(n)
+        ]
+        reaper = asyncio.create_task(_reaper(app, reap_interval_seconds), name="lease-reaper")
+        try:
+            yield
+        finally:
+            stop.set()
+            abort.set()
+            reaper.cancel()
+            if workers:
+                _done, pending = await asyncio.wait(workers, timeout=STOP_TIMEOUT_SECONDS)
+                for task in pending:
+                    task.cancel()
+            await asyncio.gather(*workers, reaper, return_exceptions=True)
+
+    return lifecycle

@@ -1,0 +1,124 @@
+"""Fixtures for worker tests: runs inserted through the store, keys per role, the real app.
+
+``new_run(worker_host="", prompt=..., team="default", clock=None, agent_config=None,
+attachments=())`` queues a run with :func:`api.runs.store.create_run` and returns its id.
+``worker_app(lifecycles=(), **settings)`` builds the app with the run and worker routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from api.app import Lifecycle, create_app
+from api.context import ServerSettings
+from api.runs.store import Creator, NewAttachment, create_run
+from store import apikeys
+from store.clock import Clock, SystemClock
+from store.crypto import SecretBox
+from store.models import Run
+from store.teams import ensure_team
+
+ROUTES = ("api.ops", "api.runs.routes", "api.workers.routes")
+NewRun = Callable[..., Awaitable[str]]
+MakeKey = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+def new_run(sessions: async_sessionmaker[AsyncSession]) -> NewRun:
+    async def make(
+        *,
+        worker_host: str | None = "",
+        prompt: str = "do the thing",
+        team: str = "default",
+        clock: Clock | None = None,
+        agent_config: dict[str, Any] | None = None,
+        attachments: Sequence[NewAttachment] = (),
+    ) -> str:
+        async with sessions() as s, s.begin():
+            row = await ensure_team(s, team)
+            run = await create_run(
+                s,
+                clock or SystemClock(),
+                team_id=row.id,
+                prompt=prompt,
+                title=None,
+                agent_config=agent_config or {},
+                source="API",
+                creator=Creator("service_account", "key_test", "test"),
+                metadata={},
+                attachments=list(attachments),
+                worker_host=worker_host,
+            )
+            return run.run_id
+
+    return make
+
+
+@pytest.fixture
+def make_key(sessions: async_sessionmaker[AsyncSession]) -> MakeKey:
+    async def make(role: str, *, team: str = "default", worker_hosts: list[str] | None = None) -> str:
+        async with sessions() as s, s.begin():
+            row = await ensure_team(s, team)
+            _key, plaintext = await apikeys.create_key(
+                s, SystemClock(), row.id, f"{role} key", role, worker_hosts
+            )
+        return plaintext
+
+    return make
+
+
+@pytest.fixture
+def worker_app(engine: AsyncEngine, box: SecretBox, tmp_path: Path) -> Callable[..., web.Application]:
+    def build(lifecycles: Sequence[Lifecycle] = (), **settings: Any) -> web.Application:
+        return create_app(
+            ServerSettings(data_dir=tmp_path, **settings),
+            engine,
+            box,
+            lifecycles=lifecycles,
+            route_modules=ROUTES,
+        )
+
+    return build
+
+
+@pytest.fixture
+def get_run(sessions: async_sessionmaker[AsyncSession]) -> Callable[[str], Awaitable[Run]]:
+    async def get(run_id: str) -> Run:
+        async with sessions() as s:
+            run = await s.get(Run, run_id)
+            assert run is not None
+            return run
+
+    return get
+
+
+async def wait_for_state(
+    get: Callable[[str], Awaitable[Run]], run_id: str, states: set[str], within: float = 15.0
+) -> Run:
+    """Poll until the run is in one of ``states``; fails with the last state seen."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        run = await get(run_id)
+        if run.state in states:
+            return run
+        if loop.time() > deadline:
+            raise AssertionError(f"run {run_id} is {run.state} after {within}s; wanted {states}")
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def wait_state(get_run: Callable[[str], Awaitable[Run]]) -> Callable[..., Awaitable[Run]]:
+    """``await wait_state(run_id, {"SUCCEEDED"}, within=15)`` -> the run once in one of the states."""
+
+    async def wait(run_id: str, states: set[str], within: float = 15.0) -> Run:
+        return await wait_for_state(get_run, run_id, states, within)
+
+    return wait
