@@ -20,6 +20,8 @@ from api.app import ROUTE_MODULES, Lifecycle, create_app
 from api.context import ServerSettings
 from api.management.validate import VALIDATOR
 from api.ops import JsonAccessLogger
+from api.workers.execution import scrubbed_environment
+from api.workers.service import service_workers
 from factoryctl.context import CliContext
 from factoryctl.reconcile_lifecycle import make_source, reconciler_lifecycle
 from factoryctl.validation_service import make_validator
@@ -54,6 +56,7 @@ class ServeOptions:
     harness: str = "echo"
     harness_command: str | None = None
     db_connect_attempts: int = 8
+    env: dict[str, str] = field(default_factory=dict)  # the CLI's environment (agents get it scrubbed)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -103,6 +106,7 @@ class ServeOptions:
             workers=workers,
             harness=harness,
             harness_command=command,
+            env=dict(env),
             db_connect_attempts=max(1, int(env.get("FACTORY_DB_CONNECT_ATTEMPTS") or 8)),
         )
 
@@ -138,7 +142,7 @@ async def bootstrap_admin_key(engine: AsyncEngine, data_dir: Path, team_name: st
         if await apikeys.count_keys(s):
             return None
         _row, plaintext = await apikeys.create_key(s, SystemClock(), team.id, "bootstrap admin", "admin")
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, at start-up
     path = data_dir / ADMIN_KEY_FILE
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -160,6 +164,17 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
     if made is not None:
         source, label = made
         out.append(reconciler_lifecycle(source, label, options.team))
+    # Service-hosted workers and the lease reaper (the reaper runs even with --workers 0: self-hosted
+    # workers hold leases too). Agents never inherit the server's credentials.
+    out.append(
+        service_workers(
+            options.workers,
+            options.harness,
+            options.harness_command,
+            options.settings.data_dir / "workspaces",
+            harness_env=scrubbed_environment(options.env),
+        )
+    )
     return out
 
 

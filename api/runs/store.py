@@ -225,7 +225,7 @@ async def add_followup(
     ``delivered``: the run is CLAIMED or INPROGRESS; the worker's next heartbeat receives it.
     ``queued``: the run has not been claimed; the follow-up goes out with the claim.
     ``requeued``: the run was BLOCKED or finished; it goes back to QUEUED as a continuation
-    (``attempt`` + 1, times, status message and lease cleared) and the follow-up travels with the
+    (times, status message and lease cleared; ``attempt`` counts claims, so the next claim bumps it) and the follow-up travels with the
     next claim. A CANCELLED run, or one being cancelled, raises
     :class:`api.runs.states.IllegalTransition` (``conflict``).
     """
@@ -234,7 +234,6 @@ async def add_followup(
     result = apply_event(run, RunEvent.FOLLOWUP, now)
     outcome = result.followup or "queued"
     if outcome == "requeued":
-        run.attempt += 1
         run.queued_at = now
         run.started_at = None
         run.finished_at = None

@@ -476,7 +476,7 @@ async def test_followup_to_a_finished_run_requeues_it(
     assert (await resp.json())["outcome"] == "requeued"
     run = await get(client, member_key, run_id)
     assert run["state"] == "QUEUED"
-    assert run["attempt"] == 1
+    assert run["attempt"] == 0  # attempt counts claims; this run was never claimed
     assert run["finished_at"] is None
 
 
@@ -490,7 +490,7 @@ async def test_followup_to_a_blocked_run_requeues_it_with_the_input(
     )
     assert (await resp.json())["outcome"] == "requeued"
     run = await get(client, member_key, run_id)
-    assert (run["state"], run["attempt"]) == ("QUEUED", 1)
+    assert (run["state"], run["attempt"]) == ("QUEUED", 0)
 
 
 async def test_followup_to_a_run_being_cancelled_is_409(
