@@ -23,6 +23,7 @@ RULES: dict[str, str] = {
     "FC043": "Webhook UID does not exist in this factory",
     "FC050": "Empty definitions tree",
     "FC060": "Unknown environment",
+    "FC061": "Unknown agent",
 }
 
 

@@ -1,10 +1,118 @@
-"""`factoryctl` commands: validate (not wired yet)."""
+"""``factoryctl validate PATH...``: check factory directories, for people and for CI.
+
+Offline by default (schemas and cross-file rules). With a store (the global ``--database`` or
+``FACTORY_DATABASE_URL``) it also runs the online checks for team ``default``: secrets exist and
+have the right shape, and referenced webhook UIDs exist in the factory. Exit codes: 0 valid,
+1 invalid (or the store could not be read), 2 usage error.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from factoryctl import __version__
+from factoryctl.context import CliContext, use_color
+from reconciler import online, rules
+from reconciler.diagnostics import Diagnostic
+from reconciler.loader import LoadResult, load_many
+from reconciler.report import FORMATS, FactoryReport, is_valid, render
+from store import StoreError
+from store.db import session_factory
+from store.models import Factory, Team, Webhook
+from store.teams import DEFAULT_TEAM
 
 
 def register(sub: Any) -> None:  # argparse subparsers
-    del sub
+    parser = sub.add_parser(
+        "validate",
+        help="validate factory directories (exit 0 valid, 1 invalid)",
+        description="Validate factory directories. Offline unless a store is given with the global "
+        "--database option or FACTORY_DATABASE_URL, which adds the online checks.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="factory directory (holds factory.yaml)")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="output format (default: github when GITHUB_ACTIONS=true, else text)",
+    )
+    parser.add_argument("--server", metavar="URL", help="run the online checks through a factoryctl server")
+    parser.set_defaults(handler=run)
+
+
+def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    if args.server:
+        print(
+            "factoryctl validate: --server is not available in this version; run the online checks "
+            "against the store instead with --database URL (or FACTORY_DATABASE_URL)",
+            file=sys.stderr,
+        )
+        return 2
+    fmt = args.format or ("github" if ctx.env.get("GITHUB_ACTIONS") == "true" else "text")
+    results = load_many(Path(p) for p in args.paths)
+    if args.database or ctx.env.get("FACTORY_DATABASE_URL"):
+        try:
+            extra = asyncio.run(_online(ctx, results))
+        except (StoreError, SQLAlchemyError, ArgumentError, OSError) as exc:
+            reason = getattr(exc, "orig", None) or exc  # the driver's words, without SQLAlchemy's SQL dump
+            where = _safe_url(ctx.database_url)
+            print(
+                f"factoryctl validate: cannot run the online checks against {where}: {reason}",
+                file=sys.stderr,
+            )
+            return 1
+    else:
+        extra = [rules.check(r.definition) if r.definition else [] for r in results]
+    reports = [FactoryReport.from_load(r, e) for r, e in zip(results, extra, strict=True)]
+    color = fmt == "text" and use_color(sys.stdout)
+    sys.stdout.write(render(fmt, reports, color=color, tool_version=__version__))
+    return 0 if is_valid(reports) else 1
+
+
+def _safe_url(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "the store"
+
+
+async def _online(ctx: CliContext, results: Sequence[LoadResult]) -> list[list[Diagnostic]]:
+    out: list[list[Diagnostic]] = []
+    box = ctx.secret_box()
+    async with ctx.engine(migrate_schema=False) as engine, session_factory(engine)() as session:
+        team_id = (
+            await session.execute(select(Team.id).where(Team.name == DEFAULT_TEAM))
+        ).scalar_one_or_none()
+        for result in results:
+            definition = result.definition
+            if definition is None:
+                out.append([])
+                continue
+            live = await _live_webhooks(session, team_id, definition.factory.name)
+            names = {w.name for w in definition.webhooks}
+            surviving = {uid: name for uid, name in live.items() if name in names}
+            found = rules.check(definition, {name: uid for uid, name in live.items()})
+            found += await online.check(session, box, team_id or "", definition, surviving)
+            out.append(found)
+    return out
+
+
+async def _live_webhooks(session: AsyncSession, team_id: str | None, factory: str) -> dict[str, str]:
+    """UID -> name of the factory's live (not deleted) webhooks; empty when it was never applied."""
+    if team_id is None:
+        return {}
+    stmt = (
+        select(Webhook.uid, Webhook.name)
+        .join(Factory, Factory.uid == Webhook.factory_uid)
+        .where(Factory.team_id == team_id, Factory.name == factory, Webhook.deleted_at.is_(None))
+    )
+    return {uid: name for uid, name in (await session.execute(stmt)).all()}

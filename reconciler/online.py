@@ -1,0 +1,122 @@
+"""Online checks: what only the store can tell (DESIGN 4 rule 5, seed 7.2).
+
+- ``secretName`` names an existing team secret (FC040);
+- a ``url_token`` secret's current value is URL-safe, ``[A-Za-z0-9._~-]+`` (FC041);
+- a Standard Webhooks secret decodes: ``whsec_`` + base64 of 24-64 bytes (FC042);
+- webhook UIDs referenced by triggers exist in this factory (FC043).
+
+Each problem points at the line of the key it is about. Secret values are read to check their
+shape and never appear in a message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from reconciler.diagnostics import Diagnostic
+from reconciler.rules import is_webhook_uid
+from reconciler.specs import FactoryDefinition, Location, WebhookSpec
+from store import secrets
+from store.crypto import SecretBox
+
+WHSEC_PREFIX = "whsec_"
+WHSEC_MIN_BYTES, WHSEC_MAX_BYTES = 24, 64
+
+
+def standard_webhooks_secret_ok(value: str) -> bool:
+    """``whsec_`` followed by standard base64 (padding optional) of 24 to 64 bytes."""
+    if not value.startswith(WHSEC_PREFIX):
+        return False
+    encoded = value[len(WHSEC_PREFIX) :]
+    try:
+        raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return WHSEC_MIN_BYTES <= len(raw) <= WHSEC_MAX_BYTES
+
+
+def _diag(rule: str, message: str, where: Location | None, fallback: str, hint: str | None) -> Diagnostic:
+    if where is None:
+        return Diagnostic(rule, message, fallback, hint=hint)
+    return Diagnostic(rule, message, where.path, where.line, where.column, hint=hint)
+
+
+async def check(
+    session: AsyncSession,
+    box: SecretBox,
+    team_id: str,
+    definition: FactoryDefinition,
+    known_webhooks: Mapping[str, str] | None,
+) -> list[Diagnostic]:
+    """Every online problem of ``definition`` for team ``team_id``.
+
+    ``known_webhooks`` maps UID -> name of the factory's live webhooks in the store plus the UIDs
+    the same apply keeps; ``None`` skips the UID check (no factory context, e.g. a dry run).
+    """
+    out: list[Diagnostic] = []
+    values: dict[str, str | None] = {}
+    for webhook in definition.webhooks:
+        out += await _webhook(session, box, team_id, definition.root, webhook, values)
+    if known_webhooks is not None:
+        out += _uids(definition, known_webhooks)
+    return sorted(out, key=lambda d: (d.path, d.line, d.column, d.rule))
+
+
+async def _webhook(
+    session: AsyncSession,
+    box: SecretBox,
+    team_id: str,
+    root: str,
+    webhook: WebhookSpec,
+    values: dict[str, str | None],
+) -> list[Diagnostic]:
+    name = webhook.secret_name
+    where = webhook.locations.get("secretName")
+    fallback = f"{root}/{webhook.path}"
+    if name not in values:
+        values[name] = None
+        if await secrets.get(session, team_id, name) is not None:
+            values[name] = (await secrets.reveal(session, box, team_id, name))[0]
+    value = values[name]
+    if value is None:
+        create = (
+            "--from-stdin with the provider's signing secret"
+            if webhook.auth_mode == "signature"
+            else "--generate"
+        )
+        hint = f"create it first: factoryctl secrets create {name} {create}"
+        return [_diag("FC040", f"team secret '{name}' does not exist", where, fallback, hint)]
+    if webhook.auth_mode == "url_token" and not secrets.URL_SAFE_RE.match(value):
+        message = f"secret '{name}' is not URL-safe; a url_token secret may only contain A-Z a-z 0-9 . _ ~ -"
+        hint = f"give it a URL-safe value: factoryctl secrets set {name} --generate"
+        return [_diag("FC041", message, where, fallback, hint)]
+    if webhook.signature_scheme == "standard_webhooks" and not standard_webhooks_secret_ok(value):
+        message = (
+            f"secret '{name}' is not a Standard Webhooks secret: expected 'whsec_' followed by the base64 "
+            f"of {WHSEC_MIN_BYTES}-{WHSEC_MAX_BYTES} bytes"
+        )
+        hint = f"set the sender's signing secret: factoryctl secrets set {name} --from-stdin"
+        return [_diag("FC042", message, where, fallback, hint)]
+    return []
+
+
+def _uids(definition: FactoryDefinition, known: Mapping[str, str]) -> list[Diagnostic]:
+    out = []
+    listed = ", ".join(f"{name} ({uid})" for uid, name in sorted(known.items(), key=lambda kv: kv[1])[:20])
+    hint = (
+        f"webhooks of this factory: {listed}" if listed else "this factory has no webhooks in the store yet"
+    )
+    for automation in definition.automations:
+        for index, trigger in enumerate(automation.triggers):
+            for position, uid in enumerate(trigger.webhook_ids):
+                if not is_webhook_uid(uid) or uid in known:
+                    continue  # malformed entries are reported offline (FC010/FC031)
+                key = f"triggers[{index}].filter.webhook_ids[{position}]"
+                where = automation.locations.get(key) or trigger.location
+                message = f"webhook UID '{uid}' does not exist in factory '{definition.factory.name}'"
+                out.append(_diag("FC043", message, where, f"{definition.root}/{automation.path}", hint))
+    return out

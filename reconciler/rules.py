@@ -1,0 +1,182 @@
+"""Offline rules across the files of one factory (after each file passed its own schema).
+
+What a single file's schema cannot see: limits over the whole factory, duplicate names, payload
+filter syntax, triggers that name webhook *files* instead of UIDs, and references from automations
+and agents to agents and environments. Pure functions over a :class:`FactoryDefinition`: no I/O.
+
+Environments: an ``environment_id`` must name ``environments/<name>.yaml`` in the same tree, or an
+environment the caller knows from the store (``known_environments``); offline, only the tree counts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from reconciler.diagnostics import Diagnostic
+from reconciler.specs import (
+    MAX_WEBHOOKS_PER_FACTORY,
+    AutomationSpec,
+    FactoryDefinition,
+    Location,
+)
+from store import payload_filter
+
+UID_RE = re.compile(r"^wh_[0-9a-z]{26}$")
+DEFAULT_AGENT = "foreman"
+
+
+def is_webhook_uid(value: str) -> bool:
+    """``wh_`` followed by 26 lowercase letters or digits: the shape of a service-assigned UID."""
+    return bool(UID_RE.match(value))
+
+
+def _at(
+    rule: str, message: str, where: Location | None, fallback: str, hint: str | None = None
+) -> Diagnostic:
+    if where is None:
+        return Diagnostic(rule, message, fallback, hint=hint)
+    return Diagnostic(rule, message, where.path, where.line, where.column, hint=hint)
+
+
+def _place(locations: Mapping[str, Location], key: str, root: str) -> Location:
+    """The location of ``key`` or of its nearest recorded parent."""
+    while key:
+        if key in locations:
+            return locations[key]
+        cut = max(key.rfind("."), key.rfind("["))
+        key = key[:cut] if cut > 0 else ""
+    return locations.get("") or Location(root)
+
+
+def check(
+    definition: FactoryDefinition,
+    known_uids: Mapping[str, str] | None = None,
+    *,
+    known_environments: Collection[str] = (),
+) -> list[Diagnostic]:
+    """Every cross-file problem of ``definition``.
+
+    ``known_uids`` maps webhook name -> UID (from the store, when one is available) so that a
+    trigger naming a webhook file can be told which UID to use instead.
+    """
+    out: list[Diagnostic] = []
+    out += _limits(definition)
+    out += _duplicates(
+        "webhook", ((w.name, w.path, w.locations) for w in definition.webhooks), definition.root
+    )
+    out += _duplicates(
+        "environment", ((e.name, e.path, e.locations) for e in definition.environments), definition.root
+    )
+    environments = {e.name for e in definition.environments} | set(known_environments)
+    agents = set(definition.factory.agents) | {DEFAULT_AGENT}
+    for name, config in definition.factory.agents.items():
+        out += _environment(
+            config, f"agents.{name}", definition.factory.locations, environments, definition.root
+        )
+    for automation in definition.automations:
+        out += _automation(automation, definition, agents, environments, known_uids or {})
+    return sorted(out, key=lambda d: (d.path, d.line, d.column, d.rule))
+
+
+def _limits(definition: FactoryDefinition) -> list[Diagnostic]:
+    webhooks = sorted(definition.webhooks, key=lambda w: w.path)
+    if len(webhooks) <= MAX_WEBHOOKS_PER_FACTORY:
+        return []
+    first_extra = webhooks[MAX_WEBHOOKS_PER_FACTORY]
+    message = (
+        f"factory '{definition.factory.name}' defines {len(webhooks)} webhooks; "
+        f"the limit is {MAX_WEBHOOKS_PER_FACTORY} per factory"
+    )
+    return [_at("FC021", message, first_extra.locations.get(""), _file(definition.root, first_extra.path))]
+
+
+def _file(root: str, rel: str) -> str:
+    return f"{root.rstrip('/')}/{rel}" if root not in ("", ".") else rel
+
+
+def _duplicates(
+    kind: str, items: Iterable[tuple[str, str, Mapping[str, Location]]], root: str
+) -> list[Diagnostic]:
+    seen: dict[str, str] = {}
+    out = []
+    for name, rel, locations in sorted(items, key=lambda item: item[1]):
+        if name in seen:
+            message = f"{kind} '{name}' is defined twice: {seen[name]} and {rel}"
+            out.append(
+                _at(
+                    "FC020", message, locations.get(""), _file(root, rel), hint="delete or rename one of them"
+                )
+            )
+        else:
+            seen[name] = rel
+    return out
+
+
+def _environment(
+    config: Mapping[str, Any], prefix: str, locations: Mapping[str, Location], known: set[str], root: str
+) -> list[Diagnostic]:
+    env = config.get("environment_id")
+    if not isinstance(env, str) or env in known:
+        return []
+    where = _place(locations, f"{prefix}.environment_id", root)
+    hint = f"add environments/{env}.yaml" + (f" (defined: {', '.join(sorted(known))})" if known else "")
+    return [_at("FC060", f"unknown environment '{env}'", where, root, hint=hint)]
+
+
+def _automation(
+    automation: AutomationSpec,
+    definition: FactoryDefinition,
+    agents: set[str],
+    environments: set[str],
+    known_uids: Mapping[str, str],
+) -> list[Diagnostic]:
+    root, locations = definition.root, automation.locations
+    out = _environment(automation.config, "config", locations, environments, root)
+    if automation.agent not in agents:
+        defined = ", ".join(sorted(agents))
+        out.append(
+            _at(
+                "FC061",
+                f"unknown agent '{automation.agent}'",
+                _place(locations, "agent", root),
+                root,
+                hint=f"define it under 'agents' in factory.yaml (defined: {defined})",
+            )
+        )
+    stems = {w.name for w in definition.webhooks}
+    for index, trigger in enumerate(automation.triggers):
+        base = f"triggers[{index}].filter"
+        for position, entry in enumerate(trigger.webhook_ids):
+            problem = _webhook_id(entry, stems, known_uids)
+            if problem is not None:
+                rule, message, hint = problem
+                out.append(
+                    _at(rule, message, _place(locations, f"{base}.webhook_ids[{position}]", root), root, hint)
+                )
+        for found in payload_filter.check(trigger.payload_filter):
+            key = ".".join([f"{base}.payload", *found.path])
+            shown = payload_filter.format_path(found.path) if found.path else "payload"
+            message = f"invalid payload filter at '{shown}': {found.message}"
+            out.append(_at("FC030", message, _place(locations, key, root), root))
+    return out
+
+
+def _webhook_id(
+    entry: str, stems: set[str], known_uids: Mapping[str, str]
+) -> tuple[str, str, str | None] | None:
+    if is_webhook_uid(entry):
+        return None
+    stem = entry.removesuffix(".yaml").removesuffix(".yml").removeprefix("webhooks/")
+    if stem in stems or stem in known_uids or entry != stem:
+        uid = known_uids.get(stem)
+        hint = (
+            f"use its UID: {uid}"
+            if uid
+            else "UIDs are assigned when the webhook is first applied; apply it, then copy the UID "
+            "from `factoryctl webhooks list`"
+        )
+        return "FC031", f"webhook_ids names the webhook file '{entry}' instead of its UID", hint
+    message = f"'{entry}' is not a webhook UID (expected 'wh_' followed by 26 lowercase letters or digits)"
+    return "FC010", message, "webhook UIDs are assigned on first apply; `factoryctl webhooks list` shows them"

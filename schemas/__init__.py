@@ -1,0 +1,40 @@
+"""JSON Schemas (draft 2020-12) of every definition file, shipped as package data.
+
+Schemas reference each other by ``$id`` (``agent-config.schema.json`` is shared by ``factory.yaml``
+agents and automation ``config``); :func:`registry` makes those references resolvable offline.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+BASE_URI = "https://factoryctl.dev/schemas/"
+NAMES = ("factory", "webhook", "automation", "environment", "agent-config")
+
+
+def load_schema(name: str) -> dict[str, Any]:
+    """The schema called ``name`` (e.g. ``"webhook"``) as a fresh dict."""
+    if name not in NAMES:
+        raise KeyError(f"unknown schema {name!r}; known: {', '.join(NAMES)}")
+    text = resources.files(__package__).joinpath(f"{name}.schema.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+@lru_cache(maxsize=1)
+def registry() -> Registry[Any]:
+    """Every definition schema, keyed by its ``$id``, for resolving cross-schema ``$ref``s."""
+    resources_ = [
+        (BASE_URI + f"{name}.schema.json", Resource.from_contents(load_schema(name), DRAFT202012))
+        for name in NAMES
+    ]
+    return Registry().with_resources(resources_)
+
+
+__all__ = ["BASE_URI", "NAMES", "load_schema", "registry"]

@@ -1,0 +1,197 @@
+"""``factoryctl validate`` as a subprocess, as CI runs it: exit codes and all four formats."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from store import secrets as secret_store
+from store.clock import SystemClock
+from store.crypto import SecretBox
+from store.db import create_engine, migrate, session_factory
+from store.models import Factory, Webhook
+from store.teams import ensure_team
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+BAD = "tests/fixtures/bad-factory"
+KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
+EXAMPLE_UIDS = {
+    "github-issues": "wh_examplegithubissues0000000",
+    "stripe-payments": "wh_examplestripepayments00000",
+    "nightly-cron": "wh_examplenightlycron00000000",
+    "alerts": "wh_examplealerts0000000000000",
+}
+
+
+def validate(
+    *args: str, env: dict[str, str] | None = None, data_dir: Path | None = None, database: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("FACTORY_", "GITHUB_"))}
+    base |= {"NO_COLOR": "1", "FACTORY_SECRET_KEY": KEY} | (env or {})
+    prefix = ["--data-dir", str(data_dir)] if data_dir else []
+    prefix += ["--database", database] if database else []
+    return subprocess.run(
+        [sys.executable, "-m", "factoryctl.cli", *prefix, "validate", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=base,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
+def test_example_factory_is_valid_in_every_format() -> None:
+    text = validate("example-factory")
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert text.stdout == "example-factory (example): 9 files, valid\n"
+    data = json.loads(validate("example-factory", "--format", "json").stdout)
+    assert data["valid"] is True
+    assert data["factories"] == [{"path": "example-factory", "name": "example", "files": 9, "errors": []}]
+    gh = validate("example-factory", "--format", "github")
+    assert (gh.returncode, gh.stdout) == (0, "factoryctl validate: 9 files in 1 factory, valid\n")
+    sarif = json.loads(validate("example-factory", "--format", "sarif").stdout)
+    assert sarif["runs"][0]["results"] == []
+
+
+def test_bad_factory_text_points_at_file_and_line() -> None:
+    proc = validate(BAD)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert (
+        f"{BAD}/webhooks/dupkeys.yaml:3:1: error[FC004]: duplicate key 'secretName' (first defined at line 1)"
+        in lines
+    )
+    assert (
+        f"{BAD}/webhooks/unknown-key.yaml:1:1: error[FC010]: "
+        "unknown key 'authmode' (did you mean 'authMode'?)" in lines
+    )
+    assert f"{BAD}/automations/no-front-matter/automation.md:1:1: error[FC005]: " in proc.stdout
+    assert lines[-1] == f"{BAD} (bad): 22 files, invalid, 25 errors"
+    assert "\033[" not in proc.stdout
+
+
+def test_bad_factory_json_github_and_sarif() -> None:
+    data = json.loads(validate(BAD, "--format", "json").stdout)
+    assert data["valid"] is False
+    assert data["summary"] == {"files": 22, "errors": 25, "warnings": 0}
+    rules = {e["rule"] for e in data["factories"][0]["errors"]}
+    assert rules >= {"FC001", "FC002", "FC003", "FC004", "FC005", "FC010", "FC020", "FC030", "FC031", "FC060"}
+
+    gh = validate(BAD, "--format", "github")
+    assert gh.returncode == 1
+    assert (
+        f"::error file={BAD}/webhooks/malformed.yaml,line=3,col=8,title=FC002::YAML syntax error" in gh.stdout
+    )
+    assert sum(line.startswith("::error ") for line in gh.stdout.splitlines()) == 25
+
+    sarif = validate(BAD, "--format", "sarif")
+    assert sarif.returncode == 1
+    run = json.loads(sarif.stdout)["runs"][0]
+    assert len(run["results"]) == 25
+    first = run["results"][0]
+    assert first["ruleId"] == "FC010"
+    assert first["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == (
+        f"{BAD}/automations/bad-types/automation.md"
+    )
+    assert first["locations"][0]["physicalLocation"]["region"] == {"startLine": 2, "startColumn": 10}
+
+
+def test_github_format_is_the_default_on_github_actions() -> None:
+    proc = validate(BAD, env={"GITHUB_ACTIONS": "true"})
+    assert proc.returncode == 1
+    assert proc.stdout.startswith("::error file=")
+
+
+def test_several_paths_one_verdict() -> None:
+    proc = validate("example-factory", BAD, "--format", "json")
+    assert proc.returncode == 1
+    data = json.loads(proc.stdout)
+    assert [f["name"] for f in data["factories"]] == ["example", "bad"]
+    assert data["factories"][0]["errors"] == []
+
+
+def test_usage_errors_exit_2() -> None:
+    assert validate().returncode == 2
+    assert validate("example-factory", "--format", "xml").returncode == 2
+    server = validate("example-factory", "--server", "http://127.0.0.1:1")
+    assert server.returncode == 2
+    assert "--server is not available" in server.stderr
+
+
+def test_missing_directory_is_invalid_not_a_crash() -> None:
+    proc = validate("no-such-dir")
+    assert proc.returncode == 1
+    assert "no-such-dir: error[FC001]: factory directory 'no-such-dir' does not exist" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+async def _store(url: str, secrets: dict[str, str], webhooks: dict[str, str]) -> None:
+    engine = create_engine(url)
+    try:
+        await migrate(engine)
+        clock = SystemClock()
+        async with session_factory(engine)() as session:
+            team = await ensure_team(session)
+            for name, value in secrets.items():
+                await secret_store.create(session, SecretBox.from_setting(KEY), clock, team.id, name, value)
+            if webhooks:
+                now = clock.now()
+                factory = Factory(
+                    uid="fa_example",
+                    team_id=team.id,
+                    name="example",
+                    managed_by="definitions",
+                    created_at=now,
+                    updated_at=now,
+                )
+                session.add(factory)
+                await session.flush()
+                for name, uid in webhooks.items():
+                    session.add(
+                        Webhook(
+                            uid=uid,
+                            team_id=team.id,
+                            factory_uid="fa_example",
+                            name=name,
+                            auth_mode="token",
+                            managed_by="definitions",
+                            enabled=True,
+                            created_at=now,
+                            updated_at=now,
+                        )
+                    )
+            await session.commit()
+    finally:
+        await engine.dispose()
+
+
+def test_online_checks_with_a_store(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'factory.db'}"
+    asyncio.run(_store(url, {"github-webhook-secret": "gh", "alerts-token": "tok"}, {}))
+    proc = validate("example-factory", "--format", "json", data_dir=tmp_path, database=url)
+    assert proc.returncode == 1, proc.stderr
+    found = [(e["rule"], e["path"], e["line"]) for e in json.loads(proc.stdout)["factories"][0]["errors"]]
+    assert ("FC040", "example-factory/webhooks/stripe-payments.yaml", 5) in found
+    assert ("FC040", "example-factory/webhooks/nightly-cron.yaml", 3) in found
+    assert sum(rule == "FC043" for rule, _, _ in found) == 4  # the factory was never applied
+
+    asyncio.run(_store(url, {"stripe-signing-secret": "whsec_x", "cron-url-token": "a-b_c"}, EXAMPLE_UIDS))
+    ok = validate("example-factory", data_dir=tmp_path, env={"FACTORY_DATABASE_URL": url})
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_online_checks_report_an_unreachable_store(tmp_path: Path) -> None:
+    proc = validate(
+        "example-factory", data_dir=tmp_path, database=f"sqlite+aiosqlite:///{tmp_path}/nope/x.db"
+    )
+    assert proc.returncode == 1
+    assert "cannot run the online checks" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,138 @@
+"""Cross-file rules: limits, duplicates, payload filters, UIDs not file names, agent and environment refs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reconciler import rules
+from reconciler.loader import load
+from reconciler.specs import FactoryDefinition
+
+REPO = Path(__file__).resolve().parents[3]
+UID = "wh_0123456789abcdefghjkmnpqrs"
+
+
+def automation(webhook_ids: str = f"[{UID}]", payload: str = "", extra: str = "") -> str:
+    return (
+        f"---\n{extra}triggers:\n  - provider: webhook\n    event: received\n    filter:\n"
+        f"      webhook_ids: {webhook_ids}\n{payload}---\nDo the thing.\n"
+    )
+
+
+def loaded(root: Path) -> FactoryDefinition:
+    result = load(root)
+    assert result.ok, result.diagnostics
+    assert result.definition is not None
+    return result.definition
+
+
+def test_example_factory_passes_every_rule() -> None:
+    assert rules.check(loaded(REPO / "example-factory")) == []
+
+
+def test_twenty_webhooks_pass_twenty_one_fail(factory_tree, where) -> None:  # type: ignore[no-untyped-def]
+    files = {f"webhooks/hook{i:02d}.yaml": "secretName: s\n" for i in range(20)}
+    root = factory_tree(files)
+    assert rules.check(loaded(root)) == []
+    (root / "webhooks" / "hook20.yaml").write_text("secretName: s\n")
+    found = rules.check(loaded(root))
+    assert where(root, found) == [("webhooks/hook20.yaml", 1, 1, "FC021")]
+    assert found[0].message == "factory 'demo' defines 21 webhooks; the limit is 20 per factory"
+
+
+def test_duplicate_names_yaml_and_yml(factory_tree, where) -> None:  # type: ignore[no-untyped-def]
+    root = factory_tree(
+        {
+            "webhooks/a.yaml": "secretName: s\n",
+            "webhooks/a.yml": "secretName: t\n",
+            "environments/e.yaml": "setup: [make]\n",
+            "environments/e.yml": "setup: [make]\n",
+        }
+    )
+    found = rules.check(loaded(root))
+    assert where(root, found) == [("environments/e.yml", 1, 1, "FC020"), ("webhooks/a.yml", 1, 1, "FC020")]
+    assert found[1].message == "webhook 'a' is defined twice: webhooks/a.yaml and webhooks/a.yml"
+
+
+def test_filter_mixing_operators_and_fields(factory_tree, where) -> None:  # type: ignore[no-untyped-def]
+    payload = "      payload:\n        action:\n          in: [opened]\n          label: bug\n"
+    root = factory_tree({"automations/mixed/automation.md": automation(payload=payload)})
+    found = rules.check(loaded(root))
+    assert where(root, found) == [("automations/mixed/automation.md", 8, 9, "FC030")]
+    assert found[0].message.startswith(
+        "invalid payload filter at 'action': operator keys ['in'] cannot be mixed"
+    )
+
+
+def test_filter_problem_deep_inside_points_at_its_key(factory_tree, where) -> None:  # type: ignore[no-untyped-def]
+    payload = (
+        "      payload:\n        issue:\n          labels:\n            name:\n              exists: maybe\n"
+    )
+    root = factory_tree({"automations/deep/automation.md": automation(payload=payload)})
+    found = rules.check(loaded(root))
+    assert where(root, found) == [("automations/deep/automation.md", 11, 15, "FC030")]
+    assert "'exists' takes true or false" in found[0].message
+
+
+def test_webhook_ids_naming_a_file(factory_tree, where) -> None:  # type: ignore[no-untyped-def]
+    root = factory_tree(
+        {
+            "webhooks/github.yaml": "secretName: s\n",
+            "automations/a/automation.md": automation("\n        - github\n        - webhooks/github.yaml"),
+        }
+    )
+    definition = loaded(root)
+    found = rules.check(definition)
+    assert where(root, found) == [
+        ("automations/a/automation.md", 7, 11, "FC031"),
+        ("automations/a/automation.md", 8, 11, "FC031"),
+    ]
+    assert found[0].message == "webhook_ids names the webhook file 'github' instead of its UID"
+    assert found[0].hint is not None and "assigned when the webhook is first applied" in found[0].hint
+    with_store = rules.check(definition, {"github": UID})
+    assert [d.hint for d in with_store] == [f"use its UID: {UID}"] * 2
+
+
+def test_webhook_ids_that_are_not_uids(factory_tree, where) -> None:  # type: ignore[no-untyped-def]
+    root = factory_tree(
+        {"automations/a/automation.md": automation("[wh_short, WH_0123456789ABCDEFGHJKMNPQRS]")}
+    )
+    found = rules.check(loaded(root))
+    assert [(d.rule, d.line) for d in found] == [("FC010", 6), ("FC010", 6)]
+    assert found[0].message.startswith("'wh_short' is not a webhook UID")
+
+
+def test_unknown_agent(factory_tree, where) -> None:  # type: ignore[no-untyped-def]
+    root = factory_tree(
+        {
+            "factory.yaml": "name: demo\nagents:\n  triage: {}\n",
+            "automations/a/automation.md": automation(extra="agent: nobody\n"),
+            "automations/b/automation.md": automation(extra="agent: triage\n"),
+            "automations/c/automation.md": automation(extra="agent: foreman\n"),
+        }
+    )
+    found = rules.check(loaded(root))
+    assert where(root, found) == [("automations/a/automation.md", 2, 1, "FC061")]
+    assert found[0].message == "unknown agent 'nobody'"
+
+
+def test_unknown_environment(factory_tree, where) -> None:  # type: ignore[no-untyped-def]
+    root = factory_tree(
+        {
+            "factory.yaml": "name: demo\nagents:\n  triage:\n    environment_id: ci\n",
+            "automations/a/automation.md": automation(extra="config:\n  environment_id: staging\n"),
+            "environments/ci.yaml": "setup: [make]\n",
+        }
+    )
+    definition = loaded(root)
+    found = rules.check(definition)
+    assert where(root, found) == [("automations/a/automation.md", 3, 3, "FC060")]
+    assert found[0].message == "unknown environment 'staging'"
+    assert found[0].hint == "add environments/staging.yaml (defined: ci)"
+    assert rules.check(definition, known_environments={"staging"}) == []
+
+
+def test_is_webhook_uid() -> None:
+    assert rules.is_webhook_uid(UID)
+    assert not rules.is_webhook_uid(UID + "x")
+    assert not rules.is_webhook_uid("github-issues")
