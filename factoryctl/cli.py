@@ -34,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"factoryctl {__version__}")
     parser.add_argument("--database", metavar="URL", help="store URL (env FACTORY_DATABASE_URL)")
-    parser.add_argument("--data-dir", metavar="DIR", help="data directory (env FACTORY_DATA_DIR, default ./.factory)")
+    parser.add_argument(
+        "--data-dir", metavar="DIR", help="data directory (env FACTORY_DATA_DIR, default ./.factory)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         module = importlib.import_module(f"factoryctl.commands.{name}")

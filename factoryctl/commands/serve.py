@@ -20,19 +20,31 @@ def register(sub: Any) -> None:
     src.add_argument("--repo", metavar="PATH", help="a factory directory to watch and apply")
     src.add_argument("--git", metavar="URL", help="a git repository to follow")
     p.add_argument("--branch", default="main", help="branch to follow with --git (default main)")
-    p.add_argument("--poll-interval", default="30", metavar="S", help="git poll interval, seconds (30, 30s, 1m)")
+    p.add_argument(
+        "--poll-interval", default="30", metavar="S", help="git poll interval, seconds (30, 30s, 1m)"
+    )
     p.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="listen port (default 8080)")
     p.add_argument("--workers", type=int, default=None, help="service-hosted workers (default 2; 0 = none)")
     p.add_argument("--harness", choices=("echo", "command"), default=None, help="service-hosted harness")
-    p.add_argument("--command", dest="harness_command", default=None, metavar="CMD", help="command harness CLI")
+    p.add_argument(
+        "--command", dest="harness_command", default=None, metavar="CMD", help="command harness CLI"
+    )
     p.add_argument("--public-url", default=None, help="external base URL used in ingress URLs")
-    p.add_argument("--delivery-rate-limit", type=int, default=None, help="deliveries per webhook per minute (60)")
-    p.add_argument("--auth-failure-limit", type=int, default=None, help="failed auths per webhook per minute (30)")
+    p.add_argument(
+        "--delivery-rate-limit", type=int, default=None, help="deliveries per webhook per minute (60)"
+    )
+    p.add_argument(
+        "--auth-failure-limit", type=int, default=None, help="failed auths per webhook per minute (30)"
+    )
     p.add_argument("--max-body-bytes", type=int, default=None, help="largest accepted body (262144)")
     p.add_argument("--delivery-retention-days", type=int, default=None, help="delivery log days kept (7)")
-    p.add_argument("--delivery-retention-count", type=int, default=None, help="delivery log entries kept (50)")
-    p.add_argument("--skills-source", default=None, help="skills repository template, e.g. /srv/git/{owner}/{repo}")
+    p.add_argument(
+        "--delivery-retention-count", type=int, default=None, help="delivery log entries kept (50)"
+    )
+    p.add_argument(
+        "--skills-source", default=None, help="skills repository template, e.g. /srv/git/{owner}/{repo}"
+    )
     p.add_argument("--team", default="default", help="team that owns factories applied from the source")
     p.set_defaults(handler=_serve)
 
