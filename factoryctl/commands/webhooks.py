@@ -1,10 +1,364 @@
-"""`factoryctl` commands: webhooks (not wired yet)."""
+"""``factoryctl webhooks|deliveries|automations ...``: webhook management over the HTTP API.
+
+Built on the typed client (:mod:`api.client`). The server comes from ``--server`` (else
+``FACTORY_API_URL``, else http://127.0.0.1:8080) and the key from ``FACTORY_API_KEY``.
+
+Output: ``--format json`` prints the API's JSON object unchanged (lists as ``{"webhooks": [...]}`` /
+``{"deliveries": [...]}`` with every page fetched; ``delete`` prints ``{"uid", "deleted": true}``).
+Text output is a table drawn with rich when stdout is a terminal (colour unless ``NO_COLOR``), else
+plain aligned columns that scripts can cut. A secret the service shows (``create``,
+``rotate-secret``) is printed alone on the last line of stdout, so ``| tail -n 1`` captures it; a
+secret the caller supplied (``--secret-from-stdin``) is never echoed in text output.
+API errors print ``error: <detail> (<error_code>)`` (then one line per invalid field) to stderr
+and exit 1.
+"""
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from api.client import (
+    APIConnectionError,
+    APIError,
+    APIStatusError,
+    Delivery,
+    FactoryClient,
+    FilterTestResult,
+    Webhook,
+    WebhookWithSecret,
+)
+from factoryctl import __version__
+from factoryctl.context import CliContext
+
+AUTH_MODES = ("token", "url_token", "signature")
+Action = Callable[[FactoryClient, argparse.Namespace], None]
+
+
+class UsageError(Exception):
+    """A problem with the command line or its input (exit 2)."""
 
 
 def register(sub: Any) -> None:  # argparse subparsers
-    del sub
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--server", metavar="URL", help="API base URL (env FACTORY_API_URL)")
+    common.add_argument("--format", choices=("text", "json"), default="text")
+    hook_args = argparse.ArgumentParser(add_help=False, parents=[common])
+    hook_args.add_argument("factory_uid", metavar="FACTORY_UID")
+    hook_args.add_argument("webhook_uid", metavar="WEBHOOK_UID")
+
+    hooks = sub.add_parser("webhooks", help="create, list, enable/disable, rotate and delete webhooks")
+    verbs = hooks.add_subparsers(dest="verb", metavar="VERB", required=True)
+    create = verbs.add_parser("create", parents=[common], help="create a webhook; prints its secret once")
+    create.add_argument("factory_uid", metavar="FACTORY_UID")
+    create.add_argument("--name", required=True, help="lowercase letters, digits and '-'")
+    create.add_argument("--auth-mode", choices=AUTH_MODES, help="default token")
+    create.add_argument(
+        "--scheme", metavar="S", help="signature scheme (github, stripe, standard_webhooks...)"
+    )
+    create.add_argument(
+        "--secret-name", metavar="NAME", help="team secret to use (default webhook-<name>-secret)"
+    )
+    create.add_argument(
+        "--secret-from-stdin", action="store_true", help="read the provider's signing secret from stdin"
+    )
+    create.add_argument("--delivery-id-header", metavar="H", help="header holding the sender's delivery ID")
+    create.set_defaults(handler=_handler(_create))
+    lst = verbs.add_parser("list", parents=[common], help="list a factory's webhooks")
+    lst.add_argument("factory_uid", metavar="FACTORY_UID")
+    lst.set_defaults(handler=_handler(_list))
+    for verb, action, text in (
+        ("get", _get, "show one webhook"),
+        ("enable", _enable, "accept deliveries again"),
+        ("disable", _disable, "answer 404 to senders until enabled"),
+        ("rotate-secret", _rotate, "new secret, shown once (old one dead at once)"),
+        ("delete", _delete, "delete (senders get 404 at once)"),
+    ):
+        verb_parser = verbs.add_parser(verb, parents=[hook_args], help=text)
+        verb_parser.set_defaults(handler=_handler(action))
+        if verb == "rotate-secret":
+            verb_parser.add_argument(
+                "--secret-from-stdin",
+                action="store_true",
+                help="read the provider's new signing secret from stdin",
+            )
+
+    deliveries = sub.add_parser("deliveries", help="a webhook's delivery log")
+    dverbs = deliveries.add_subparsers(dest="verb", metavar="VERB", required=True)
+    dlist = dverbs.add_parser("list", parents=[hook_args], help="newest first")
+    dlist.add_argument(
+        "--status", action="append", default=[], metavar="S", help="e.g. Accepted (repeatable)"
+    )
+    dlist.add_argument("--limit", type=int, default=50, metavar="N", help="show at most N (default 50)")
+    dlist.set_defaults(handler=_handler(_deliveries))
+    dget = dverbs.add_parser("get", parents=[hook_args], help="one delivery, with its payload if accepted")
+    dget.add_argument("delivery_id", metavar="DELIVERY_ID")
+    dget.set_defaults(handler=_handler(_delivery))
+
+    autos = sub.add_parser("automations", help="test automation filters against stored deliveries")
+    averbs = autos.add_subparsers(dest="verb", metavar="VERB", required=True)
+    test = averbs.add_parser(
+        "test-filter", parents=[common], help="would a stored delivery start a run of this automation?"
+    )
+    test.add_argument("factory_uid", metavar="FACTORY_UID")
+    test.add_argument("automation_uid", metavar="AUTOMATION_UID")
+    test.add_argument("--delivery-id", required=True, metavar="ID")
+    test.add_argument("--webhook", metavar="UID", help="the webhook that logged it (when IDs repeat)")
+    test.set_defaults(handler=_handler(_test_filter))
+
+
+def _handler(action: Action) -> Callable[[CliContext, argparse.Namespace], int]:
+    def run(ctx: CliContext, args: argparse.Namespace) -> int:
+        key = ctx.api_key()
+        server = ctx.api_url(args.server)
+        if not key:
+            print(
+                "error: FACTORY_API_KEY is not set (create one with 'factoryctl keys create')",
+                file=sys.stderr,
+            )
+            return 1
+        headers = {"User-Agent": f"factoryctl/{__version__}", "X-Factory-Source": "CLI"}
+        try:
+            with FactoryClient(server, key, default_headers=headers) as client:
+                action(client, args)
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except APIStatusError as exc:
+            print(f"error: {exc.detail} ({exc.error_code or exc.status_code})", file=sys.stderr)
+            for item in exc.errors:
+                print(f"  - {item.field}: {item.message}", file=sys.stderr)
+            return 1
+        except APIConnectionError as exc:
+            print(f"error: cannot reach {server}: {exc}", file=sys.stderr)
+            return 1
+        except APIError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
+
+    return run
+
+
+# --- output ----------------------------------------------------------------------------------------
+
+
+def _json(data: object) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Rows under headers: a rich table on a terminal, plain aligned columns otherwise."""
+    if sys.stdout.isatty():
+        from rich import box
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*headers, box=box.SIMPLE_HEAD, header_style="bold")
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    for line in (headers, *rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(line[:-1], widths, strict=False)) + "  " + line[-1])
+
+
+def _fields(pairs: Sequence[tuple[str, object]]) -> None:
+    width = max(len(k) for k, _ in pairs) + 1
+    for key, value in pairs:
+        if value is not None and value != "":
+            print(f"{key + ':':<{width}} {value}")
+
+
+def _stamp(model: Webhook | Delivery, key: str) -> str:
+    """A timestamp exactly as the server wrote it (RFC 3339, UTC)."""
+    value = model.raw.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _webhook_fields(hook: Webhook) -> list[tuple[str, object]]:
+    configured = {True: "yes", False: "no (give the provider's secret with rotate-secret)", None: None}
+    return [
+        ("uid", hook.uid),
+        ("name", hook.name),
+        ("factory", hook.factory_uid),
+        ("auth mode", hook.auth_mode),
+        ("scheme", hook.signature_scheme),
+        ("secret name", hook.secret_name),
+        ("secret set", configured[hook.secret_configured]),
+        ("delivery id header", hook.delivery_id_header),
+        ("enabled", "yes" if hook.enabled else "no"),
+        ("managed by", hook.managed_by),
+        ("ingress URL", hook.ingress_url),
+        ("created", _stamp(hook, "created_at")),
+        ("updated", _stamp(hook, "updated_at")),
+    ]
+
+
+def _show_secret(hook: WebhookWithSecret, args: argparse.Namespace, what: str) -> None:
+    if args.format == "json":
+        _json(hook.raw)
+        return
+    _fields(_webhook_fields(hook))
+    if hook.ingress_url_with_token:
+        print(f"full ingress URL (contains the secret): {hook.ingress_url_with_token}")
+    if hook.applies_on_next_apply:
+        print("note: this definitions-managed webhook keeps its old secret until its definition next applies")
+    if hook.secret is None:
+        if hook.secret_configured is False:
+            print("no secret yet: pipe the provider's signing secret to 'rotate-secret --secret-from-stdin'")
+        else:
+            print(f"uses the existing team secret {hook.secret_name!r} (value not shown)")
+        return
+    print(f"{what} (shown once; store it now):")
+    print(hook.secret)
+
+
+def _stdin_secret() -> str:
+    value = sys.stdin.read()
+    value = value[:-1] if value.endswith("\n") else value
+    value = value[:-1] if value.endswith("\r") else value
+    if not value:
+        raise UsageError("--secret-from-stdin: stdin was empty")
+    return value
+
+
+# --- webhooks --------------------------------------------------------------------------------------
+
+
+def _create(client: FactoryClient, args: argparse.Namespace) -> None:
+    given = _stdin_secret() if args.secret_from_stdin else None
+    hook = client.webhooks.create(
+        args.factory_uid,
+        args.name,
+        auth_mode=args.auth_mode or ("signature" if args.scheme else None),
+        signature_scheme=args.scheme,
+        secret=given,
+        secret_name=args.secret_name,
+        delivery_id_header=args.delivery_id_header,
+    )
+    if given is not None and args.format == "text":  # the caller already holds the value: not echoed
+        _fields(_webhook_fields(hook))
+        print("the provider's signing secret is in place (not shown)")
+        return
+    _show_secret(hook, args, "secret")
+
+
+def _list(client: FactoryClient, args: argparse.Namespace) -> None:
+    hooks = list(client.webhooks.iter(args.factory_uid, limit=100))
+    if args.format == "json":
+        _json({"webhooks": [h.raw for h in hooks]})
+        return
+    if not hooks:
+        print("no webhooks", file=sys.stderr)
+        return
+    rows = [
+        [h.uid, h.name, h.signature_scheme or h.auth_mode, "yes" if h.enabled else "no", h.ingress_url or ""]
+        for h in hooks
+    ]
+    _table(["UID", "NAME", "AUTH", "ENABLED", "INGRESS URL"], rows)
+
+
+def _get(client: FactoryClient, args: argparse.Namespace) -> None:
+    hook = client.webhooks.get(args.factory_uid, args.webhook_uid)
+    if args.format == "json":
+        _json(hook.raw)
+    else:
+        _fields(_webhook_fields(hook))
+
+
+def _toggle(client: FactoryClient, args: argparse.Namespace, enabled: bool) -> None:
+    hook = client.webhooks.update(args.factory_uid, args.webhook_uid, enabled=enabled)
+    if args.format == "json":
+        _json(hook.raw)
+    else:
+        print(f"{hook.uid} ({hook.name}) {'enabled' if enabled else 'disabled'}")
+
+
+def _enable(client: FactoryClient, args: argparse.Namespace) -> None:
+    _toggle(client, args, True)
+
+
+def _disable(client: FactoryClient, args: argparse.Namespace) -> None:
+    _toggle(client, args, False)
+
+
+def _rotate(client: FactoryClient, args: argparse.Namespace) -> None:
+    given = _stdin_secret() if args.secret_from_stdin else None
+    hook = client.webhooks.rotate_secret(args.factory_uid, args.webhook_uid, secret=given)
+    if given is not None and args.format == "text":  # the caller already holds the value
+        _fields(_webhook_fields(hook))
+        print("the provider's signing secret is in place (not shown)")
+        return
+    _show_secret(hook, args, "new secret; the old one no longer verifies")
+
+
+def _delete(client: FactoryClient, args: argparse.Namespace) -> None:
+    client.webhooks.delete(args.factory_uid, args.webhook_uid)
+    if args.format == "json":
+        _json({"uid": args.webhook_uid, "deleted": True})
+    else:
+        print(f"deleted webhook {args.webhook_uid}")
+
+
+# --- deliveries and filters ------------------------------------------------------------------------
+
+
+def _deliveries(client: FactoryClient, args: argparse.Namespace) -> None:
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    pages = client.deliveries.iter(
+        args.factory_uid, args.webhook_uid, status=args.status or None, limit=min(args.limit, 200)
+    )
+    found: list[Delivery] = list(itertools.islice(pages, args.limit))
+    if args.format == "json":
+        _json({"deliveries": [d.raw for d in found]})
+        return
+    if not found:
+        print("no deliveries", file=sys.stderr)
+        return
+    rows = [
+        [d.delivery_id, d.status, str(d.size or 0), _stamp(d, "received_at"), ",".join(d.run_ids)]
+        for d in found
+    ]
+    _table(["DELIVERY ID", "STATUS", "SIZE", "RECEIVED", "RUNS"], rows)
+
+
+def _delivery(client: FactoryClient, args: argparse.Namespace) -> None:
+    entry = client.deliveries.get(args.factory_uid, args.webhook_uid, args.delivery_id)
+    if args.format == "json":
+        _json(entry.raw)
+        return
+    _fields(
+        [
+            ("delivery id", entry.delivery_id),
+            ("webhook", entry.webhook_uid),
+            ("status", entry.status),
+            ("size", entry.size),
+            ("received", _stamp(entry, "received_at")),
+            ("runs", ", ".join(entry.run_ids)),
+            ("detail", entry.detail),
+        ]
+    )
+    if "payload" in entry.raw:
+        print("payload:")
+        for line in json.dumps(entry.payload, indent=2, ensure_ascii=False).splitlines():
+            print(f"  {line}")
+
+
+def _test_filter(client: FactoryClient, args: argparse.Namespace) -> None:
+    result: FilterTestResult = client.automations.test_filter(
+        args.factory_uid, args.automation_uid, args.delivery_id, webhook_uid=args.webhook
+    )
+    if args.format == "json":
+        _json(result.raw)
+        return
+    print(result.result)
+    for label, check in (("webhook check", result.webhook_check), ("payload check", result.payload_check)):
+        where = f" (at {check.failed_path})" if check.failed_path and not check.passed else ""
+        print(f"  {label}: {'passed' if check.passed else 'failed'}: {check.detail}{where}")

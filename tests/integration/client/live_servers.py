@@ -1,0 +1,200 @@
+"""Real aiohttp servers for client tests on real sockets, each on its own thread and loop.
+
+The blocking client cannot share an event loop with the server it calls, so servers run in a
+background thread (:class:`ThreadedApp`); sync tests are plain functions, async tests use the
+pytest loop, and both talk to the server over TCP exactly as users do.
+
+``live`` is the real application (every route module, definition validation wired in) on the
+``db_url`` database (SQLite, and PostgreSQL when configured), with API keys per role and
+``live.run(coro)`` to prepare store rows (automations) on the server's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import socket
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+import httpx
+from aiohttp import web
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from api.app import ROUTE_MODULES, create_app
+from api.context import ServerSettings
+from api.management.validate import VALIDATOR
+from factoryctl.validation_service import make_validator
+from store import apikeys, ids
+from store.clock import SystemClock
+from store.crypto import SecretBox
+from store.db import create_engine, session_factory
+from store.models import Automation, AutomationWebhook
+from store.teams import ensure_team
+
+T = TypeVar("T")
+
+
+def unique(prefix: str) -> str:
+    """A name no other test uses (tests share one server per module)."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+class ThreadedApp:
+    """An aiohttp app served on 127.0.0.1 by a background thread with its own event loop."""
+
+    def __init__(self, build: Callable[[int], Awaitable[web.Application]]) -> None:
+        self._build = build
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.loop = asyncio.new_event_loop()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port: int = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._runner: web.AppRunner | None = None
+        self._thread = threading.Thread(target=self._main, name=f"app-{self.port}", daemon=True)
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._start())
+        except BaseException as exc:  # reported to the test thread
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self.loop.run_forever()
+        if self._runner is not None:
+            self.loop.run_until_complete(self._runner.cleanup())
+        self.loop.run_until_complete(self.cleanup())
+        self.loop.close()
+
+    async def cleanup(self) -> None:
+        """Runs on the server loop after the app stopped."""
+
+    async def _start(self) -> None:
+        app = await self._build(self.port)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        await web.SockSite(self._runner, self.sock).start()
+
+    def start(self) -> Self:
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the server's loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(30)
+
+
+class LiveServer(ThreadedApp):
+    """The real factoryctl app with keys of each role (``admin_key``, ``member_key``, ``worker_key``)."""
+
+    def __init__(self, db_url: str, data_dir: Path, box: SecretBox) -> None:
+        self.db_url, self.data_dir, self.box = db_url, data_dir, box
+        self.engine: AsyncEngine | None = None
+        self.keys: dict[str, str] = {}
+        super().__init__(self._app)
+
+    async def _app(self, port: int) -> web.Application:
+        self.engine = create_engine(self.db_url)
+        async with self.sessions() as s, s.begin():
+            team = await ensure_team(s)
+            other = await ensure_team(s, "other-team")
+            for role, row, hosts in (
+                ("admin", team, None),
+                ("member", team, None),
+                ("worker", team, ["host-a"]),
+                ("other", other, None),
+            ):
+                real = "admin" if role == "other" else role
+                _key, self.keys[role] = await apikeys.create_key(s, SystemClock(), row.id, role, real, hosts)
+        settings = ServerSettings(data_dir=self.data_dir, port=port, lease_seconds=30.0)
+        app = create_app(settings, self.engine, self.box, route_modules=ROUTE_MODULES)
+        app[VALIDATOR] = make_validator(self.box)
+        return app
+
+    def sessions(self) -> AsyncSession:
+        assert self.engine is not None
+        maker: async_sessionmaker[AsyncSession] = session_factory(self.engine)
+        return maker()
+
+    @property
+    def admin_key(self) -> str:
+        return self.keys["admin"]
+
+    @property
+    def member_key(self) -> str:
+        return self.keys["member"]
+
+    @property
+    def worker_key(self) -> str:
+        return self.keys["worker"]
+
+    def add_automation(
+        self, factory_uid: str, webhook_uid: str, payload_filter: dict[str, Any] | None, name: str = "triage"
+    ) -> str:
+        """An automation with one webhook trigger and its routing row, as an apply leaves them."""
+
+        async def go() -> str:
+            now = dt.datetime.now(dt.UTC)
+            uid = ids.new_id(ids.AUTOMATION)
+            flt: dict[str, Any] = {"webhook_ids": [webhook_uid]}
+            if payload_filter is not None:
+                flt["payload"] = payload_filter
+            async with self.sessions() as s, s.begin():
+                team = await ensure_team(s)
+                s.add(
+                    Automation(
+                        uid=uid,
+                        team_id=team.id,
+                        factory_uid=factory_uid,
+                        name=name,
+                        enabled=True,
+                        agent="foreman",
+                        config={},
+                        prompt="Triage the event.",
+                        triggers=[{"provider": "webhook", "event": "received", "filter": flt}],
+                        definition_path=f"automations/{name}/automation.md",
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+                await s.flush()
+                s.add(
+                    AutomationWebhook(
+                        automation_uid=uid,
+                        trigger_index=0,
+                        webhook_uid=webhook_uid,
+                        payload_filter=payload_filter,
+                    )
+                )
+            return uid
+
+        return self.run(go())
+
+    async def cleanup(self) -> None:
+        if self.engine is not None:
+            await self.engine.dispose()
+
+    def deliver(
+        self, webhook: Any, payload: Any, *, secret: str, delivery_id: str | None = None
+    ) -> httpx.Response:
+        """POST a delivery to a token webhook's ingress URL, as a sender would."""
+        headers = {"Authorization": f"Bearer {secret}"}
+        if delivery_id is not None:
+            headers["X-Factory-Delivery-Id"] = delivery_id
+        return httpx.post(webhook.ingress_url, content=json.dumps(payload), headers=headers, timeout=10)
