@@ -40,6 +40,7 @@ ROUTE_MODULES: tuple[str, ...] = (
     "api.management",
     "api.ingress.routes",
     "api.workers.routes",
+    "api.environments.routes",
 )
 
 Lifecycle = Callable[[web.Application], AsyncIterator[None]]

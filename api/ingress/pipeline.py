@@ -1,0 +1,287 @@
+"""The accept transaction: a delivery's log entry and its runs commit together, or not at all.
+
+Deduplication is decided by the database, never by a check-then-insert: the Accepted entry is inserted
+with ``ON CONFLICT (webhook_uid, delivery_id) WHERE status = 'Accepted' DO NOTHING RETURNING seq``
+against the partial unique index. Exactly one of any number of concurrent deliveries with one identity
+(on any replica) gets a row back; the others write a ``Duplicate`` entry and start nothing. The winner,
+in the same transaction, matches the webhook's routing rows and creates one QUEUED run per matching
+automation. A 202 is sent only after the commit, so an acknowledged delivery survives a crash, and a
+delivery that was not committed was not acknowledged (the sender retries, and the retry is not a
+duplicate of anything).
+
+The runs' own partial unique index (automation, webhook, delivery) is the backstop for "at most one run
+per automation per delivery". It matters once retention has pruned an old Accepted entry and the sender
+repeats that delivery ID: the delivery is accepted again, but automations that already ran for it are
+skipped (the Accepted insert has serialised that identity, so the check cannot race).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Table, insert, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api.ingress import lookup
+from api.ingress.envelope import PAYLOAD_FILE, PAYLOAD_MIME, run_prompt
+from api.runs.config import resolve_config
+from api.runs.store import Creator, NewAttachment, create_run
+from store.clock import Clock
+from store.models import Delivery
+
+ACCEPTED = "Accepted"
+DUPLICATE = "Duplicate"
+REJECTED_AUTH = "Rejected (auth)"
+REJECTED_JSON = "Rejected (invalid JSON)"
+REJECTED_TOO_LARGE = "Rejected (too large)"
+STATUSES = (ACCEPTED, DUPLICATE, REJECTED_AUTH, REJECTED_JSON, REJECTED_TOO_LARGE)
+
+RUN_SOURCE = "CUSTOM_WEBHOOK"
+_DETAIL_MAX = 500
+_DELIVERIES: Table = Delivery.__table__  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An authenticated, parsed delivery waiting for the accept transaction."""
+
+    webhook: lookup.WebhookRow
+    delivery_id: str
+    raw: bytes
+    payload: object
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the accept transaction committed for one delivery."""
+
+    delivery_id: str
+    duplicate: bool
+    run_ids: tuple[str, ...] = ()
+
+
+def _accept_statement(dialect: str, rows: list[dict[str, Any]]) -> Any:
+    """The dialect's ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` on the partial unique index."""
+    insert_ = sqlite.insert if dialect == "sqlite" else postgresql.insert
+    return (
+        insert_(_DELIVERIES)
+        .values(rows)
+        .on_conflict_do_nothing(
+            index_elements=[_DELIVERIES.c.webhook_uid, _DELIVERIES.c.delivery_id],
+            index_where=text("status = 'Accepted'"),
+        )
+        .returning(_DELIVERIES.c.webhook_uid, _DELIVERIES.c.delivery_id)
+    )
+
+
+async def accept(
+    session: AsyncSession, clock: Clock, batch: Sequence[Pending], filters: lookup.FilterCache
+) -> list[Outcome]:
+    """Log each delivery as Accepted or Duplicate and start its runs, all in one committed transaction.
+
+    One multi-row insert decides every delivery of the batch; within a batch, the first of several
+    deliveries with one identity is the accepted one (rows are inserted in order).
+    """
+    now = clock.now()
+    entries = [
+        {
+            "team_id": p.webhook.team_id,
+            "webhook_uid": p.webhook.uid,
+            "delivery_id": p.delivery_id,
+            "size": len(p.raw),
+            "received_at": now,
+            "detail": None,
+        }
+        for p in batch
+    ]
+    dialect = session.get_bind().dialect.name
+    async with session.begin():
+        rows = [{**e, "status": ACCEPTED, "payload": p.raw} for e, p in zip(entries, batch, strict=True)]
+        inserted = {
+            (uid, did) for uid, did in (await session.execute(_accept_statement(dialect, rows))).all()
+        }
+        won: list[int] = []
+        for index, p in enumerate(batch):
+            key = (p.webhook.uid, p.delivery_id)
+            if key in inserted:
+                inserted.discard(key)
+                won.append(index)
+        lost = sorted(set(range(len(batch))) - set(won))
+        if lost:
+            duplicates = [{**entries[i], "status": DUPLICATE, "payload": None} for i in lost]
+            await session.execute(insert(_DELIVERIES), duplicates)
+        runs: dict[int, tuple[str, ...]] = {}
+        if won:
+            matches = await lookup.match_routes(
+                session, [(batch[i].webhook, batch[i].payload) for i in won], filters
+            )
+            wanted = {i: m for i, m in zip(won, matches, strict=True) if m}
+            if wanted:
+                runs = await _start_runs(session, clock, batch, wanted)
+    return [
+        Outcome(p.delivery_id, duplicate=i not in won, run_ids=runs.get(i, ())) for i, p in enumerate(batch)
+    ]
+
+
+async def _start_runs(
+    session: AsyncSession, clock: Clock, batch: Sequence[Pending], wanted: dict[int, list[str]]
+) -> dict[int, tuple[str, ...]]:
+    """One QUEUED run per (delivery, matching automation), skipping automations that already ran for the
+    delivery ID (possible only after retention pruned its Accepted entry)."""
+    automations, already = await lookup.load_automations(
+        session,
+        sorted({uid for uids in wanted.values() for uid in uids}),
+        [(batch[i].webhook.uid, batch[i].delivery_id) for i in wanted],
+    )
+    started: dict[int, tuple[str, ...]] = {}
+    for index, uids in wanted.items():
+        p = batch[index]
+        creator = Creator("service_account", p.webhook.uid, f"webhook {p.webhook.name}"[:200])
+        attachment = NewAttachment(file_name=PAYLOAD_FILE, mime_type=PAYLOAD_MIME, data=p.raw)
+        run_ids = []
+        for uid in uids:
+            automation = automations.get(uid)
+            if automation is None or (uid, p.webhook.uid, p.delivery_id) in already:
+                continue
+            config = _agent_config(automation)
+            run = await create_run(
+                session,
+                clock,
+                team_id=p.webhook.team_id,
+                prompt=run_prompt(
+                    automation.prompt,
+                    webhook_name=p.webhook.name,
+                    webhook_uid=p.webhook.uid,
+                    delivery_id=p.delivery_id,
+                ),
+                title=automation.title or automation.name,  # never taken from the payload
+                agent_config=config,
+                source=RUN_SOURCE,
+                creator=creator,
+                metadata=None,
+                attachments=[attachment],
+                factory_uid=automation.factory_uid,
+                automation_id=automation.uid,
+                webhook_uid=p.webhook.uid,
+                delivery_id=p.delivery_id,
+                worker_host=config.get("worker_host"),
+            )
+            run_ids.append(run.run_id)
+        started[index] = tuple(run_ids)
+    return started
+
+
+def _agent_config(automation: lookup.AutomationRow) -> dict[str, Any]:
+    """The automation's config over its factory agent's defaults; the factory's ``workerHost`` last."""
+    defaults = automation.factory_agents.get(automation.agent)
+    config = resolve_config(None, automation.config, defaults if isinstance(defaults, dict) else None, None)
+    if not config.get("worker_host") and automation.factory_worker_host:
+        config["worker_host"] = automation.factory_worker_host
+    return config
+
+
+async def record(
+    session: AsyncSession,
+    clock: Clock,
+    webhook: lookup.WebhookRow,
+    *,
+    delivery_id: str,
+    status: str,
+    size: int,
+    detail: str | None = None,
+) -> None:
+    """Log a rejected delivery (metadata only, never the payload) in its own short transaction."""
+    async with session.begin():
+        await session.execute(
+            insert(_DELIVERIES).values(
+                team_id=webhook.team_id,
+                webhook_uid=webhook.uid,
+                delivery_id=delivery_id,
+                status=status,
+                size=size,
+                received_at=clock.now(),
+                payload=None,
+                detail=detail[:_DETAIL_MAX] if detail else None,
+            )
+        )
+
+
+class Writer:
+    """Runs accept transactions: per request on PostgreSQL, through one group-commit task on SQLite.
+
+    SQLite has one write lock per database. Concurrent write transactions would wait for it in SQLite's
+    busy handler, which sleeps in growing steps (milliseconds to 100 ms) and wrecks tail latency. So on
+    SQLite one task owns ingress writes: requests queue their :class:`Pending` delivery and await a
+    future; the task takes everything queued so far (up to ``max_batch``), commits it as one
+    transaction and only then resolves the futures, so a 202 still means "committed". If a batch fails,
+    its deliveries are retried one by one, so one bad delivery cannot fail its neighbours. Rejection log
+    entries take the same asyncio lock instead of SQLite's busy handler.
+    """
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        clock: Clock,
+        filters: lookup.FilterCache,
+        *,
+        group_commit: bool,
+        max_batch: int = 64,
+    ) -> None:
+        self._sessions, self._clock, self._filters = sessions, clock, filters
+        self._group_commit, self._max_batch = group_commit, max_batch
+        self._lock = asyncio.Lock()
+        self._queue: asyncio.Queue[tuple[Pending, asyncio.Future[Outcome]] | None] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    async def accept(self, session: AsyncSession, pending: Pending) -> Outcome:
+        if not self._group_commit:
+            return (await accept(session, self._clock, [pending], self._filters))[0]
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((pending, future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="ingress-group-commit")
+        return await future
+
+    async def record(self, session: AsyncSession, webhook: lookup.WebhookRow, **entry: Any) -> None:
+        if not self._group_commit:
+            await record(session, self._clock, webhook, **entry)
+            return
+        async with self._lock:
+            await record(session, self._clock, webhook, **entry)
+
+    async def close(self) -> None:
+        """Commit what is queued, then stop the group-commit task."""
+        if self._task is not None:
+            self._queue.put_nowait(None)
+            await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while (item := await self._queue.get()) is not None:
+            batch = [item]
+            while len(batch) < self._max_batch and not self._queue.empty():
+                following = self._queue.get_nowait()
+                if following is None:
+                    await self._commit(batch)
+                    return
+                batch.append(following)
+            await self._commit(batch)
+
+    async def _commit(self, batch: list[tuple[Pending, asyncio.Future[Outcome]]]) -> None:
+        try:
+            async with self._lock, self._sessions() as session:
+                outcomes = await accept(session, self._clock, [p for p, _ in batch], self._filters)
+        except Exception as exc:
+            if len(batch) > 1:
+                for single in batch:
+                    await self._commit([single])
+            elif not batch[0][1].done():
+                batch[0][1].set_exception(exc)
+            return
+        for (_, future), outcome in zip(batch, outcomes, strict=True):
+            if not future.done():
+                future.set_result(outcome)

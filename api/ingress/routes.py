@@ -1,0 +1,310 @@
+"""``POST /webhooks/w/{uid}`` and ``POST /webhooks/w/{uid}/{token}``: the webhook ingress (DESIGN §5).
+
+Checks run cheapest-first, and nothing unauthenticated is read into memory:
+
+1. the webhook must be live (one indexed SELECT per request) - else the same 404 for unknown, disabled
+   and deleted; a token segment on a webhook that is not ``url_token`` is also that 404;
+2. the failed-auth budget must not be spent - else 429 (not logged);
+3. ``Content-Length`` over the limit - 413, logged, without reading the body;
+4. ``token``/``url_token`` credentials, in constant time, before the body is read - 401, logged,
+   counted against the failed-auth budget;
+5. the body is read in chunks and abandoned at limit + 1 bytes - 413, logged;
+6. provider signatures over the raw bytes with the injected clock - 401, logged, counted;
+7. the delivery rate limit (authenticated deliveries per webhook per minute) - 429 (not logged);
+8. the body must be JSON (object, array or scalar; strict UTF-8) - 400, logged;
+9. the delivery identity (:mod:`api.ingress.identity`);
+10. the accept transaction (:mod:`api.ingress.pipeline`) - then, and only then, 202.
+
+Application logs never carry payloads, credentials or secret values; the delivery log keeps payloads of
+Accepted entries only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+from aiohttp import StreamReader, web
+from prometheus_client import Counter as MetricCounter
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from api import AuthenticationRequired, BadRequest, PayloadTooLarge, RateLimited, ResourceNotFound
+from api.context import BOX, CLOCK, ENGINE, REGISTRY, SESSIONS, SETTINGS, ServerSettings
+from api.ingress import pipeline
+from api.ingress.counters import PeekCounter, counter_for, over_budget
+from api.ingress.identity import FACTORY_DELIVERY_ID_HEADER, delivery_identity, normalize_id
+from api.ingress.lookup import FilterCache, SecretCache, WebhookRow, find_webhook
+from api.ingress.ratelimit import Decision, consume
+from api.ingress.signatures import bearer_token, token_matches, verify
+from store.clock import Clock
+from store.db import session_factory
+
+TOKEN, URL_TOKEN, SIGNATURE = "token", "url_token", "signature"
+_CHUNK = 64 * 1024
+_NOT_FOUND = "no webhook accepts deliveries at this URL"
+
+
+@dataclass
+class Ingress:
+    """Everything the ingress handler uses, built once per app (no module globals)."""
+
+    sessions: async_sessionmaker[AsyncSession]
+    readers: async_sessionmaker[AsyncSession]  # lookups; autocommit on PostgreSQL (no BEGIN/COMMIT trips)
+    clock: Clock
+    settings: ServerSettings
+    counter: PeekCounter
+    secrets: SecretCache
+    filters: FilterCache
+    writer: pipeline.Writer
+    outcomes: MetricCounter
+
+    def count(self, outcome: str) -> None:
+        self.outcomes.labels(outcome).inc()
+
+
+INGRESS = web.AppKey("ingress", Ingress)
+
+
+class _TooLarge(Exception):
+    def __init__(self, received: int) -> None:
+        self.received = received
+
+
+async def receive(request: web.Request) -> web.Response:
+    ingress = request.app[INGRESS]
+    async with ingress.sessions() as session:
+        return await _receive(request, ingress, session)
+
+
+async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession) -> web.Response:
+    uid, token = request.match_info["uid"], request.match_info.get("token")
+    settings, counter = ingress.settings, ingress.counter
+    # (1) The live webhook and its captured secret (cached by immutable version).
+    async with ingress.readers() as reader, reader.begin():
+        webhook = await find_webhook(reader, uid)
+        secret = await ingress.secrets.get(reader, webhook) if webhook is not None else None
+    if webhook is None or (token is not None and webhook.auth_mode != URL_TOKEN):
+        ingress.count("not_found")
+        raise ResourceNotFound(_NOT_FOUND)
+    now = ingress.clock.now()
+    epoch = now.timestamp()
+    auth_key = f"wh-auth:{webhook.uid}"
+    # (2) Failed-auth budget.
+    budget = await over_budget(counter, auth_key, settings.auth_failure_limit, epoch)
+    if not budget.allowed:
+        ingress.count("auth_budget_exhausted")
+        raise _rate_limited("too many failed authentication attempts for this webhook", budget)
+    token_failure = _token_failure(webhook, secret, request, token)
+    # (3) Declared size.
+    declared = request.content_length
+    if declared is not None and declared > settings.max_body_bytes:
+        if token_failure is not None:  # keeps unauthenticated senders inside the failed-auth budget
+            await counter.hit(auth_key, epoch)
+        await _log(
+            ingress,
+            session,
+            webhook,
+            _header_identity(request, webhook),
+            pipeline.REJECTED_TOO_LARGE,
+            declared,
+            f"Content-Length {declared} exceeds {settings.max_body_bytes} bytes",
+        )
+        raise PayloadTooLarge(f"body exceeds the limit of {settings.max_body_bytes} bytes")
+    # (4) Token credentials, before reading the body.
+    if token_failure is not None:
+        await counter.hit(auth_key, epoch)
+        await _log(
+            ingress,
+            session,
+            webhook,
+            _header_identity(request, webhook),
+            pipeline.REJECTED_AUTH,
+            declared or 0,
+            token_failure,
+        )
+        raise _unauthenticated(webhook)
+    # (5) The body, capped while streaming.
+    try:
+        raw = await _read_capped(request.content, settings.max_body_bytes)
+    except _TooLarge as exc:
+        await _log(
+            ingress,
+            session,
+            webhook,
+            _header_identity(request, webhook),
+            pipeline.REJECTED_TOO_LARGE,
+            exc.received,
+            f"body exceeds {settings.max_body_bytes} bytes",
+        )
+        raise PayloadTooLarge(f"body exceeds the limit of {settings.max_body_bytes} bytes") from None
+    # (6) Provider signature over the raw bytes.
+    provider_id: str | None = None
+    if webhook.auth_mode == SIGNATURE:
+        if secret is None or not webhook.signature_scheme:
+            reason: str | None = "signing secret not supplied yet"
+        else:
+            verification = verify(webhook.signature_scheme, secret, request.headers, raw, now)
+            reason, provider_id = verification.reason, verification.provider_delivery_id
+            reason = None if verification.ok else (reason or "signature rejected")
+        if reason is not None:
+            await counter.hit(auth_key, epoch)
+            unverified = delivery_identity(
+                request.headers, raw, delivery_id_header=webhook.delivery_id_header, provider_delivery_id=None
+            )
+            await _log(ingress, session, webhook, unverified, pipeline.REJECTED_AUTH, len(raw), reason)
+            raise _unauthenticated(webhook)
+    # (7) Delivery rate limit.
+    rate = await consume(counter, f"wh-rate:{webhook.uid}", settings.delivery_rate_limit, epoch)
+    if not rate.allowed:
+        ingress.count("rate_limited")
+        raise _rate_limited(f"more than {settings.delivery_rate_limit} deliveries per minute", rate)
+    # (8) JSON, (9) identity.
+    delivery_id = delivery_identity(
+        request.headers, raw, delivery_id_header=webhook.delivery_id_header, provider_delivery_id=provider_id
+    )
+    try:
+        payload = parse_json(raw)
+    except ValueError as exc:
+        await _log(ingress, session, webhook, delivery_id, pipeline.REJECTED_JSON, len(raw), str(exc))
+        raise BadRequest(f"body is not valid JSON: {exc}") from None
+    # (10) Accept: log entry and runs in one transaction; 202 only after it committed.
+    outcome = await ingress.writer.accept(session, pipeline.Pending(webhook, delivery_id, raw, payload))
+    ingress.count("duplicate" if outcome.duplicate else "accepted")
+    return web.json_response({"delivery_id": outcome.delivery_id}, status=202)
+
+
+def _token_failure(
+    webhook: WebhookRow, secret: str | None, request: web.Request, token: str | None
+) -> str | None:
+    """Why a ``token``/``url_token`` credential fails (None when it passes or the mode is not a token)."""
+    if webhook.auth_mode == TOKEN:
+        presented = bearer_token(request.headers.get("Authorization"))
+        missing = "missing bearer token"
+    elif webhook.auth_mode == URL_TOKEN:
+        presented, missing = token, "missing URL token"
+    elif webhook.auth_mode == SIGNATURE:
+        return None
+    else:
+        return "unsupported authentication mode"
+    if secret is None:
+        return "webhook secret not available"
+    if not presented:
+        return missing
+    return None if token_matches(secret, presented) else "credential does not match"
+
+
+async def _read_capped(content: StreamReader, limit: int) -> bytes:
+    """Read the whole body, giving up (``_TooLarge``) as soon as more than ``limit`` bytes arrived."""
+    chunks: list[bytes] = []
+    received = 0
+    while True:
+        try:
+            chunk = await content.read(min(_CHUNK, limit + 1 - received))
+        except ConnectionError:  # the sender went away mid-body: nothing to log, nobody to answer
+            raise BadRequest("connection closed before the body was complete") from None
+        if not chunk:
+            return b"".join(chunks)
+        received += len(chunk)
+        if received > limit:
+            raise _TooLarge(received)
+        chunks.append(chunk)
+
+
+def parse_json(raw: bytes) -> object:
+    """Strict JSON: UTF-8 only (a leading BOM is ignored), no NaN/Infinity; any JSON value is valid."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("body is not valid UTF-8") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _header_identity(request: web.Request, webhook: WebhookRow) -> str:
+    """The identity of a delivery whose body was not read: a sender header, else ``unknown``."""
+    headers: Mapping[str, str] = request.headers
+    for name in (webhook.delivery_id_header, FACTORY_DELIVERY_ID_HEADER):
+        found = normalize_id(headers.get(name)) if name else None
+        if found is not None:
+            return found
+    return "unknown"
+
+
+async def _log(
+    ingress: Ingress,
+    session: AsyncSession,
+    webhook: WebhookRow,
+    delivery_id: str,
+    status: str,
+    size: int,
+    detail: str,
+) -> None:
+    ingress.count(status.lower().replace(" (", "_").replace(")", "").replace(" ", "_"))
+    await ingress.writer.record(
+        session, webhook, delivery_id=delivery_id, status=status, size=size, detail=detail
+    )
+
+
+def _unauthenticated(webhook: WebhookRow) -> AuthenticationRequired:
+    if webhook.auth_mode == TOKEN:
+        return AuthenticationRequired(
+            "missing or invalid bearer token", headers={"WWW-Authenticate": 'Bearer realm="webhook"'}
+        )
+    if webhook.auth_mode == URL_TOKEN:
+        return AuthenticationRequired("missing or invalid URL token")
+    return AuthenticationRequired("missing, invalid or expired signature")
+
+
+def _rate_limited(detail: str, decision: Decision) -> RateLimited:
+    return RateLimited(detail, headers={"Retry-After": str(decision.retry_after or 1)})
+
+
+async def _writer_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    yield
+    await app[INGRESS].writer.close()
+
+
+def _readers(
+    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+) -> async_sessionmaker[AsyncSession]:
+    """Read-only lookups: autocommit connections on PostgreSQL; on SQLite plain sessions (reads there start
+    no transaction anyway, and switching a pooled connection's isolation level costs a thread hop)."""
+    if engine.dialect.name == "sqlite":
+        return sessions
+    return session_factory(engine.execution_options(isolation_level="AUTOCOMMIT"))
+
+
+def setup(app: web.Application) -> None:
+    engine, filters = app[ENGINE], FilterCache()
+    app[INGRESS] = Ingress(
+        sessions=app[SESSIONS],
+        readers=_readers(engine, app[SESSIONS]),
+        clock=app[CLOCK],
+        settings=app[SETTINGS],
+        counter=counter_for(engine),
+        secrets=SecretCache(app[BOX]),
+        filters=filters,
+        writer=pipeline.Writer(
+            app[SESSIONS], app[CLOCK], filters, group_commit=engine.dialect.name == "sqlite"
+        ),
+        outcomes=MetricCounter(
+            "factoryctl_ingress_deliveries",
+            "Webhook deliveries by outcome.",
+            ["outcome"],
+            registry=app[REGISTRY],
+        ),
+    )
+    app.cleanup_ctx.append(_writer_lifecycle)
+    app.router.add_post("/webhooks/w/{uid}", receive)
+    app.router.add_post("/webhooks/w/{uid}/{token}", receive)
