@@ -27,9 +27,8 @@ def bearer_token(request: web.Request) -> str | None:
 
 async def principal(request: web.Request) -> Principal:
     """The authenticated caller (cached on the request)."""
-    cached = request.get(PRINCIPAL)
-    if cached is not None:
-        return cached
+    if PRINCIPAL in request:
+        return request[PRINCIPAL]
     token = bearer_token(request)
     if token is None:
         raise AuthenticationRequired(

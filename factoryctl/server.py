@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.app import ROUTE_MODULES, Lifecycle, create_app
 from api.context import ServerSettings
+from api.ingress.retention import retention_job
 from api.management.validate import VALIDATOR
 from api.ops import JsonAccessLogger
 from api.workers.execution import scrubbed_environment
@@ -175,6 +176,7 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
             harness_env=scrubbed_environment(options.env),
         )
     )
+    out.append(retention_job())  # delivery-log retention and rate-counter pruning
     return out
 
 

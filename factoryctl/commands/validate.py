@@ -49,14 +49,39 @@ def register(sub: Any) -> None:  # argparse subparsers
     parser.set_defaults(handler=run)
 
 
+def _remote(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``--server``: the server runs the full validation (POST /api/v1/factory-files/validate)."""
+    from api.client import APIError
+    from api.client.files import validate_remote
+
+    fmt = args.format or ("github" if ctx.env.get("GITHUB_ACTIONS") == "true" else "text")
+    server, key = ctx.api_url(args.server), ctx.api_key()
+    if not key:
+        print("factoryctl validate: --server needs an API key in FACTORY_API_KEY", file=sys.stderr)
+        return 2
+    try:
+        data = validate_remote(server, key, args.paths)
+    except APIError as exc:
+        print(f"factoryctl validate: {server}: {exc}", file=sys.stderr)
+        return 1
+    fields = ("rule", "message", "path", "line", "column", "hint", "severity")
+    reports = [
+        FactoryReport(
+            f["path"],
+            f.get("name"),
+            int(f.get("files") or 0),
+            tuple(Diagnostic(**{k: e[k] for k in fields if k in e}) for e in f["errors"]),
+        )
+        for f in data["factories"]
+    ]
+    color = fmt == "text" and use_color(sys.stdout)
+    sys.stdout.write(render(fmt, reports, color=color, tool_version=__version__))
+    return 0 if is_valid(reports) else 1
+
+
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
     if args.server:
-        print(
-            "factoryctl validate: --server is not available in this version; run the online checks "
-            "against the store instead with --database URL (or FACTORY_DATABASE_URL)",
-            file=sys.stderr,
-        )
-        return 2
+        return _remote(ctx, args)
     fmt = args.format or ("github" if ctx.env.get("GITHUB_ACTIONS") == "true" else "text")
     results = load_many(Path(p) for p in args.paths)
     if args.database or ctx.env.get("FACTORY_DATABASE_URL"):

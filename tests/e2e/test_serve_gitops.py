@@ -170,6 +170,18 @@ def test_directory_source_applies_edits_and_survives_broken_ones(tmp_path: Path,
 
         status, body = server.post(f"/api/v1/factory/{fixed['uid']}/reconcile")
         assert status == 202 and body["accepted"] is True
+
+        # CI validation against the server: online checks (the secret must exist in the store).
+        (root / "webhooks" / "new.yaml").write_text("secretName: not-a-secret\n")
+        remote = subprocess.run(
+            [sys.executable, "-m", "factoryctl.cli", "validate", str(root), "--server", server.base,
+             "--format", "json"],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+            env=env(FACTORY_API_KEY=server.key),
+        )
+        assert remote.returncode == 1, remote.stderr
+        errors = json.loads(remote.stdout)["factories"][0]["errors"]
+        assert [(e["rule"], e["path"].endswith("webhooks/new.yaml")) for e in errors] == [("FC040", True)]
     finally:
         server.stop()
 
