@@ -73,7 +73,13 @@ def problem_response(body: dict[str, Any], headers: dict[str, str] | None = None
 
 def from_api_error(exc: ApiError, instance: str) -> web.Response:
     body = problem_body(
-        exc.status, exc.title, exc.detail, exc.error_code, instance, retryable=exc.retryable, errors=exc.errors
+        exc.status,
+        exc.title,
+        exc.detail,
+        exc.error_code,
+        instance,
+        retryable=exc.retryable,
+        errors=exc.errors,
     )
     return problem_response(body, exc.headers)
 
@@ -114,7 +120,12 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         ref = uuid.uuid4().hex[:12]
         log.exception("unhandled error (ref %s) on %s %s", ref, request.method, request.path)
         body = problem_body(
-            500, "Internal error", f"internal error (reference {ref})", "internal_error", instance, retryable=True
+            500,
+            "Internal error",
+            f"internal error (reference {ref})",
+            "internal_error",
+            instance,
+            retryable=True,
         )
         return problem_response(body)
 

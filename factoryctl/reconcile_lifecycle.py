@@ -9,10 +9,10 @@ from pathlib import Path
 
 from aiohttp import web
 
+from api.app import Lifecycle
 from api.context import BOX, CLOCK, RECONCILE, SESSIONS
 from reconciler.loadcache import LoadCache
 from reconciler.loop import Source, follow
-from api.app import Lifecycle
 from reconciler.service import ReconcileOutcome, reconcile
 from reconciler.sources import Snapshot
 from reconciler.sources.git import GitSource

@@ -31,6 +31,6 @@ AUTOMATION = "au"
 ENVIRONMENT = "env"
 RUN = "run"
 FOLLOWUP = "fu"
-SECRET = "sec"
+SECRET = "sec"  # noqa: S105 - an ID prefix, not a password
 TEAM = "tm"
 KEY = "key"

@@ -58,8 +58,6 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
         return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
 
-
-
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
     type_annotation_map = {dt.datetime: UTCDateTime(), dict[str, Any]: JSON, list[Any]: JSON}

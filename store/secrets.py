@@ -70,7 +70,12 @@ async def create(
         raise Conflict(f"secret {name!r} already exists")
     now = clock.now()
     row = Secret(
-        id=ids.new_id(ids.SECRET), team_id=team_id, name=name, current_version=1, created_at=now, updated_at=now
+        id=ids.new_id(ids.SECRET),
+        team_id=team_id,
+        name=name,
+        current_version=1,
+        created_at=now,
+        updated_at=now,
     )
     session.add(row)
     session.add(SecretVersion(secret_id=row.id, version=1, ciphertext=box.encrypt(value), created_at=now))
@@ -90,14 +95,18 @@ async def set_value(
     row.current_version += 1
     row.updated_at = now
     session.add(
-        SecretVersion(secret_id=row.id, version=row.current_version, ciphertext=box.encrypt(value), created_at=now)
+        SecretVersion(
+            secret_id=row.id, version=row.current_version, ciphertext=box.encrypt(value), created_at=now
+        )
     )
     await session.flush()
     return _info(row)
 
 
 async def list_secrets(session: AsyncSession, team_id: str) -> list[SecretInfo]:
-    rows = (await session.execute(select(Secret).where(Secret.team_id == team_id).order_by(Secret.name))).scalars()
+    rows = (
+        await session.execute(select(Secret).where(Secret.team_id == team_id).order_by(Secret.name))
+    ).scalars()
     return [_info(r) for r in rows]
 
 

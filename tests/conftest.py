@@ -92,7 +92,7 @@ class PgTemplate:
         for name in self.created:
             try:
                 self.drop(name)
-            except Exception:  # noqa: BLE001 - best effort cleanup
+            except Exception:
                 pass
         self.drop(self.template)
 

@@ -13,7 +13,7 @@ from alembic import command
 from sqlalchemy import create_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from store.db import _alembic_config  # noqa: E402
+from store.db import _alembic_config
 
 
 def main() -> None:

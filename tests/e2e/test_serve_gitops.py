@@ -174,9 +174,21 @@ def test_directory_source_applies_edits_and_survives_broken_ones(tmp_path: Path,
         # CI validation against the server: online checks (the secret must exist in the store).
         (root / "webhooks" / "new.yaml").write_text("secretName: not-a-secret\n")
         remote = subprocess.run(
-            [sys.executable, "-m", "factoryctl.cli", "validate", str(root), "--server", server.base,
-             "--format", "json"],
-            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "factoryctl.cli",
+                "validate",
+                str(root),
+                "--server",
+                server.base,
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
             env=env(FACTORY_API_KEY=server.key),
         )
         assert remote.returncode == 1, remote.stderr
