@@ -22,6 +22,7 @@ from api.problems import field_error, read_json_object
 from api.runs import store as runs
 from api.runs.config import resolve_config
 from api.runs.pagination import Cursor, InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
+from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_PROMPT, MAX_TITLE, validate_metadata
 from api.runs.routes import PREFIX, creator_of
 from api.workers import wake_claimers
@@ -190,6 +191,9 @@ async def dispatch_factory_run(request: web.Request) -> web.Response:
         config = resolve_config(None, None, defaults, None)
         if factory.worker_host:
             config["worker_host"] = factory.worker_host
+        config = await finalize_config(
+            session, request.app[SKILLS], who.team_id, config, field=f"agents.{FOREMAN}"
+        )
         run = await runs.create_run(
             session,
             request.app[CLOCK],
@@ -216,6 +220,7 @@ async def dispatch_factory_run(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
+    install_resolver(app)
     app.router.add_get(f"{PREFIX}/factory", list_factories)
     app.router.add_post(f"{PREFIX}/factory", create_factory)
     app.router.add_get(PREFIX + "/factory/{uid}", get_factory)

@@ -55,6 +55,7 @@ class RunRequest:
     attachments: list[NewAttachment]
     conversation_id: str | None
     parent_run_id: str | None
+    skill_field: str = "config.skill_spec"  # where the skill came from, for 422s at resolution
 
 
 def _err(field: str, message: str) -> dict[str, Any]:
@@ -77,8 +78,8 @@ def parse_run_request(body: Mapping[str, Any], *, max_attachment_bytes: int) -> 
     if isinstance(skill, str):
         if not validate_skill_spec(skill):
             errors.append(_err("skill", "must be 'owner/repo:skill-name' or 'owner/repo:path/to/SKILL.md'"))
-        elif config.get("skill_spec") not in (None, skill):
-            errors.append(_err("skill", "conflicts with config.skill_spec; give one of them"))
+        elif config.get("skill_spec") is not None:
+            errors.append(_err("skill", "give either skill or config.skill_spec, not both"))
         else:
             config["skill_spec"] = skill
     prompt = body.get("prompt") if isinstance(body.get("prompt"), str) else None
@@ -104,6 +105,7 @@ def parse_run_request(body: Mapping[str, Any], *, max_attachment_bytes: int) -> 
         attachments=attachments,
         conversation_id=body.get("conversation_id"),
         parent_run_id=body.get("parent_run_id"),
+        skill_field="skill" if isinstance(skill, str) else "config.skill_spec",
     )
 
 

@@ -21,6 +21,7 @@ from api.problems import field_error, read_json_object
 from api.runs import store as runs
 from api.runs.config import resolve_config
 from api.runs.pagination import InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
+from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_ATTACHMENTS, MAX_PROMPT, parse_list_query, parse_run_request
 from api.runs.serialize import followup_item, log_line, run_item
 from api.runs.states import IllegalTransition, RunState
@@ -62,13 +63,20 @@ async def create_agent_run(request: web.Request) -> web.Response:
                     f"parent_run_id: run {parsed.parent_run_id} does not exist",
                     errors=[field_error("parent_run_id", "no such run")],
                 ) from None
+        config = await finalize_config(
+            session,
+            request.app[SKILLS],
+            who.team_id,
+            resolve_config(parsed.config, None, None, None),
+            skill_field=parsed.skill_field,
+        )
         run = await runs.create_run(
             session,
             request.app[CLOCK],
             team_id=who.team_id,
             prompt=parsed.prompt,
             title=parsed.title,
-            agent_config=resolve_config(parsed.config, None, None, None),
+            agent_config=config,
             source=source,
             creator=creator_of(who),
             metadata=parsed.metadata,
@@ -190,6 +198,7 @@ def load_openapi(path: Path = OPENAPI_PATH) -> dict[str, Any]:
 
 def setup(app: web.Application) -> None:
     app[OPENAPI_JSON] = json.dumps(load_openapi())
+    install_resolver(app)
     app.router.add_get(f"{PREFIX}/openapi.json", openapi_document)
     app.router.add_post(f"{PREFIX}/agent/run", create_agent_run)
     app.router.add_post(f"{PREFIX}/agent/runs", create_agent_run)

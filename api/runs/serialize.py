@@ -25,7 +25,7 @@ def run_item(run: Run, attachments: Sequence[str] = ()) -> dict[str, Any]:
         "finished_at": rfc3339(run.finished_at),
         "session_id": run.session_id,
         "session_link": run.session_link,
-        "agent_config": run.agent_config or {},
+        "agent_config": {k: v for k, v in (run.agent_config or {}).items() if not k.startswith("_")},
         "source": run.source,
         "creator": {
             "type": run.creator_type,

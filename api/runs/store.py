@@ -225,8 +225,8 @@ async def add_followup(
     ``delivered``: the run is CLAIMED or INPROGRESS; the worker's next heartbeat receives it.
     ``queued``: the run has not been claimed; the follow-up goes out with the claim.
     ``requeued``: the run was BLOCKED or finished; it goes back to QUEUED as a continuation
-    (times, status message and lease cleared; ``attempt`` counts claims, so the next claim bumps it) and the follow-up travels with the
-    next claim. A CANCELLED run, or one being cancelled, raises
+    (times, status message and lease cleared; ``attempt`` counts claims, so the next claim bumps
+    it) and the follow-up travels with the next claim. A CANCELLED run, or one being cancelled, raises
     :class:`api.runs.states.IllegalTransition` (``conflict``).
     """
     run = await get_run(session, team_id, run_id, for_update=True)

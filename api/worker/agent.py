@@ -29,8 +29,10 @@ from typing import Any
 
 import httpx
 
-from api.worker import InvalidClaim
+from api.worker import EnvironmentSetupFailed, InvalidClaim
+from api.worker.environment import setup_failure_outcome
 from api.worker.job import Job, Outcome
+from api.worker.resolve import NoSecrets, resolve_claim
 from api.workers.execution import ExecutionSettings, HeartbeatReply, LeaseLost, LogLine, execute
 
 log = logging.getLogger("factoryctl.worker")
@@ -218,7 +220,10 @@ class RemoteWorker:
         self.running.add(run_id)
         try:
             try:
-                job = Job.from_claim(run)
+                job = Job.from_claim(await resolve_claim(run, NoSecrets()))
+            except EnvironmentSetupFailed as exc:
+                await channel.report(setup_failure_outcome(exc))
+                return
             except InvalidClaim as exc:
                 await channel.report(Outcome.error(f"invalid claim: {exc}", "internal_error"))
                 return

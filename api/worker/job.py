@@ -15,7 +15,8 @@ Claim payload read by :meth:`Job.from_claim` (unknown keys are ignored)::
       "model_id": "...",                         # default: agent_config.model_id
       "mcp_servers": {name: {...}},              # default: agent_config.mcp_servers
       "environment": {"repos": [{"url", "path"?, "ref"?}], "setup": [str],
-                      "env": {k: v}, "secrets": {ENV_NAME: value}},
+                      "env": {k: v}, "secrets": {ENV_NAME: value},
+                      "setup_timeout_seconds": 900},
       "timeout_seconds": 3600
     }
 
@@ -156,12 +157,18 @@ def parse_environment(value: Any) -> dict[str, Any]:
     setup = _list(env.get("setup"), "environment.setup")
     if not all(isinstance(cmd, str) for cmd in setup):
         raise InvalidClaim("environment.setup must be a list of strings")
-    return {
+    out: dict[str, Any] = {
         "repos": repos,
         "setup": list(setup),
         "env": _string_map(env.get("env"), "environment.env"),
         "secrets": _string_map(env.get("secrets"), "environment.secrets"),
     }
+    timeout = env.get("setup_timeout_seconds")
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise InvalidClaim("environment.setup_timeout_seconds must be a positive number")
+        out["setup_timeout_seconds"] = float(timeout)
+    return out
 
 
 @dataclass

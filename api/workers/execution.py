@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from api.runs.states import TERMINAL
 from api.worker import EnvironmentSetupFailed, WorkerError
-from api.worker.environment import prepare_environment, setup_failure_outcome
+from api.worker.environment import DEFAULT_SETUP_TIMEOUT_SECONDS, prepare_environment, setup_failure_outcome
 from api.worker.harness import Harness, OutputCallback, harness_for
 from api.worker.job import Job, Outcome
 from api.worker.workspace import create_workspace, remove_workspace
@@ -251,8 +251,11 @@ async def _prepare(
     on_output: OutputCallback,
 ) -> Outcome | None:
     """Prepare the environment; an outcome when the run must end here (failed or cancelled)."""
+    timeout = environment.get("setup_timeout_seconds") or DEFAULT_SETUP_TIMEOUT_SECONDS
     task = asyncio.create_task(
-        prepare_environment(environment, path, base_env=settings.harness_env, on_output=on_output)
+        prepare_environment(
+            environment, path, base_env=settings.harness_env, timeout_seconds=timeout, on_output=on_output
+        )
     )
     cancelled = asyncio.create_task(cancel.wait())
     try:

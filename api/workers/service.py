@@ -23,11 +23,13 @@ from typing import Any
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.context import CLOCK, SESSIONS, SETTINGS
+from api.context import BOX, CLOCK, SESSIONS, SETTINGS
 from api.runs import queue
 from api.runs.states import IllegalTransition
-from api.worker import InvalidClaim
+from api.worker import EnvironmentSetupFailed, InvalidClaim
+from api.worker.environment import setup_failure_outcome
 from api.worker.job import Job, Outcome
+from api.worker.resolve import StoreSecrets, resolve_claim
 from api.workers import CLAIM_SIGNAL, ClaimSignal
 from api.workers.execution import ExecutionSettings, HeartbeatReply, LeaseLost, LogLine, execute
 from api.workers.payload import claim_payload, followup_json
@@ -179,7 +181,13 @@ class ServiceWorker:
         channel = StoreChannel(self.app[SESSIONS], self.app[CLOCK], str(run["run_id"]), self.owner, lease)
         try:
             try:
-                job = Job.from_claim(run)
+                # Secret values are read here, inside the worker, never in the claim answer.
+                job = Job.from_claim(
+                    await resolve_claim(run, StoreSecrets(self.app[SESSIONS], self.app[BOX]))
+                )
+            except EnvironmentSetupFailed as exc:
+                await channel.report(setup_failure_outcome(exc))
+                return
             except InvalidClaim as exc:
                 await channel.report(Outcome.error(f"invalid claim: {exc}", "internal_error"))
                 return

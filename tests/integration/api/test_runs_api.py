@@ -118,11 +118,13 @@ async def test_self_hosted_worker_host_is_kept(client: Any, member_key: str) -> 
     assert (await get(client, member_key, created["run_id"]))["worker_host"] == "host-a"
 
 
-async def test_skill_without_prompt_is_accepted(client: Any, member_key: str) -> None:
-    created = await create(client, member_key, {"skill": "acme/skills:triage"})
-    run = await get(client, member_key, created["run_id"])
-    assert run["agent_config"]["skill_spec"] == "acme/skills:triage"
-    assert run["prompt"] == ""
+async def test_skill_without_a_skills_source_is_refused_at_creation(client: Any, member_key: str) -> None:
+    """A skill that cannot be resolved is a 422 when the run is created, never a failed run later."""
+    resp = await client.post(RUNS, json={"skill": "acme/skills:triage"}, headers=h(member_key))
+    assert resp.status == 422
+    body = await resp.json()
+    assert body["error_code"] == "invalid_request"
+    assert "skills source" in body["detail"] or any("skill" in e["field"] for e in body.get("errors", []))
 
 
 async def test_unknown_fields_are_ignored_and_identity_does_not_dispatch(

@@ -1,0 +1,178 @@
+"""Environments over HTTP: ``GET/POST /api/v1/environments``, ``GET/PUT/DELETE /api/v1/environments/{name}``.
+
+An environment body has the shape of ``environments/<name>.yaml`` (``repos``, ``setup``, ``env``,
+``secrets``, ``setupTimeoutSeconds``), checked against the same JSON Schema the reconciler uses,
+plus: every named team secret must exist. ``{name}`` in the path is the name or the uid. Reads
+need ``member``; writes need ``admin``; an environment applied from definition files is
+read-only here (409), exactly like a definitions-managed factory.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from api import Conflict, ResourceNotFound
+from api.auth import require
+from api.context import CLOCK, sessions
+from api.management import fail_on
+from api.problems import field_error, read_json_object
+from api.runs.prepare import find_environment
+from reconciler.schema_errors import validator
+from store import ids
+from store.clock import rfc3339
+from store.models import Environment, Secret
+
+PREFIX = "/api/v1"
+MAX_BODY = 1_048_576
+SPEC_KEYS = ("repos", "setup", "env", "secrets", "setupTimeoutSeconds")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def environment_json(row: Environment) -> dict[str, Any]:
+    return {
+        "uid": row.uid,
+        "name": row.name,
+        "managed_by": row.managed_by,
+        "factory_uid": row.factory_uid,
+        "definition_path": row.definition_path,
+        "spec": row.spec or {},
+        "created_at": rfc3339(row.created_at),
+        "updated_at": rfc3339(row.updated_at),
+    }
+
+
+def spec_errors(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Field errors of an environment spec against ``schemas/environment.schema.json``."""
+    errors = []
+    for error in sorted(validator("environment").iter_errors(spec), key=lambda e: list(e.absolute_path)):
+        where = ".".join(str(p) for p in error.absolute_path) or "(body)"
+        message = error.schema.get("errorMessage") if isinstance(error.schema, dict) else None
+        errors.append(field_error(where, str(message or error.message)))
+    return errors
+
+
+async def _spec_from(request: web.Request, body: dict[str, Any], team_id: str) -> dict[str, Any]:
+    spec = {k: body[k] for k in SPEC_KEYS if k in body}
+    errors = [
+        field_error(k, f"unknown field; allowed: name, {', '.join(SPEC_KEYS)}")
+        for k in sorted(body)
+        if k not in (*SPEC_KEYS, "name")
+    ]
+    errors += spec_errors(spec)
+    names = spec.get("secrets")
+    if not errors and names:
+        async with sessions(request)() as session:
+            stmt = select(Secret.name).where(Secret.team_id == team_id, Secret.name.in_(names))
+            existing = set((await session.execute(stmt)).scalars())
+        errors += [
+            field_error("secrets", f"team secret {n!r} does not exist") for n in names if n not in existing
+        ]
+    if errors:
+        fail_on(errors)
+    return spec
+
+
+async def _load(request: web.Request, team_id: str) -> Environment:
+    key = request.match_info["name"]
+    async with sessions(request)() as session:
+        row = await find_environment(session, team_id, key)
+    if row is None:
+        raise ResourceNotFound(f"environment {key} does not exist")
+    return row
+
+
+def _writable(row: Environment) -> None:
+    if row.managed_by != "api":
+        where = row.definition_path or "environments/"
+        raise Conflict(
+            f"environment {row.name} is managed by definition files ({where}); change the file instead"
+        )
+
+
+async def list_environments(request: web.Request) -> web.Response:
+    who = await require(request, "member")
+    async with sessions(request)() as session:
+        stmt = select(Environment).where(Environment.team_id == who.team_id).order_by(Environment.name)
+        rows = list((await session.execute(stmt)).scalars())
+    return web.json_response(
+        {"environments": [environment_json(r) for r in rows], "page_info": {"has_next_page": False}}
+    )
+
+
+async def get_environment(request: web.Request) -> web.Response:
+    who = await require(request, "member")
+    return web.json_response(environment_json(await _load(request, who.team_id)))
+
+
+async def create_environment(request: web.Request) -> web.Response:
+    who = await require(request, "admin")
+    body = await read_json_object(request, max_bytes=MAX_BODY)
+    name = body.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        fail_on([field_error("name", "is required: letters, digits, '.', '_' or '-' (1-100 characters)")])
+    assert isinstance(name, str)
+    spec = await _spec_from(request, body, who.team_id)
+    now = request.app[CLOCK].now()
+    row = Environment(
+        uid=ids.new_id(ids.ENVIRONMENT),
+        team_id=who.team_id,
+        factory_uid=None,
+        name=name,
+        spec=spec,
+        managed_by="api",
+        definition_path=None,
+        spec_digest=None,
+        created_at=now,
+        updated_at=now,
+    )
+    try:
+        async with sessions(request)() as session, session.begin():
+            session.add(row)
+            await session.flush()
+    except IntegrityError:
+        raise Conflict(f"environment {name} already exists") from None
+    return web.json_response(environment_json(row), status=201)
+
+
+async def replace_environment(request: web.Request) -> web.Response:
+    who = await require(request, "admin")
+    body = await read_json_object(request, max_bytes=MAX_BODY)
+    row = await _load(request, who.team_id)
+    _writable(row)
+    if "name" in body and body["name"] != row.name:
+        raise Conflict("environments cannot be renamed; create a new one")
+    spec = await _spec_from(request, body, who.team_id)
+    async with sessions(request)() as session, session.begin():
+        stored = await session.get(Environment, row.uid)
+        if stored is None:
+            raise ResourceNotFound(f"environment {row.name} does not exist")
+        _writable(stored)
+        stored.spec = spec
+        stored.updated_at = request.app[CLOCK].now()
+        await session.flush()
+        out = environment_json(stored)
+    return web.json_response(out)
+
+
+async def delete_environment(request: web.Request) -> web.Response:
+    who = await require(request, "admin")
+    row = await _load(request, who.team_id)
+    _writable(row)
+    async with sessions(request)() as session, session.begin():
+        stored = await session.get(Environment, row.uid)
+        if stored is not None:
+            await session.delete(stored)
+    return web.Response(status=204)
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get(f"{PREFIX}/environments", list_environments)
+    app.router.add_post(f"{PREFIX}/environments", create_environment)
+    app.router.add_get(PREFIX + "/environments/{name}", get_environment)
+    app.router.add_put(PREFIX + "/environments/{name}", replace_environment)
+    app.router.add_delete(PREFIX + "/environments/{name}", delete_environment)

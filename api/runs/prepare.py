@@ -1,0 +1,124 @@
+"""Checks and resolution a resolved AmbientAgentConfig needs from the store before a run is created.
+
+:func:`finalize_config` is what makes every key mean something at creation time (DESIGN §7a): the
+skill is resolved (its body stored on the run under the private key :data:`SKILL_KEY`, its name
+filling ``config.name`` when none was given), the environment must exist in the team, and every
+``secret:NAME`` reference (in MCP ``env``/``headers`` values and in the environment's ``secrets``)
+must name an existing team secret. Any failure is one :class:`api.ValidationFailed` (422) listing
+each field, so a bad value never becomes a failed run. Secret *values* are never read here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy import or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import ValidationFailed
+from api.context import SETTINGS
+from api.runs.skills import SkillResolver, SkillUnavailable, factory_repositories
+from store.models import Environment, Factory, Secret
+
+SKILL_KEY = "_skill"  # private: stripped from every API answer, read by the claim payload
+SECRET_PREFIX = "secret:"  # noqa: S105 - a reference prefix, not a secret
+SKILLS = web.AppKey("skill_resolver", SkillResolver)
+
+
+def install_resolver(app: web.Application) -> SkillResolver:
+    """Create the app's skill resolver from its settings (once, at setup)."""
+    if SKILLS not in app:
+        settings = app[SETTINGS]
+        app[SKILLS] = SkillResolver(settings.skills_source, settings.data_dir / "skills-cache")
+    return app[SKILLS]
+
+
+def secret_ref(value: Any) -> str | None:
+    """The team secret name of a ``secret:NAME`` value, else None."""
+    if isinstance(value, str) and value.startswith(SECRET_PREFIX):
+        return value[len(SECRET_PREFIX) :].strip()
+    return None
+
+
+def mcp_secret_refs(servers: Any) -> Iterator[tuple[str, str]]:
+    """``(field, secret name)`` for every ``secret:NAME`` value in MCP ``env`` and ``headers``."""
+    if not isinstance(servers, Mapping):
+        return
+    for name, server in servers.items():
+        if not isinstance(server, Mapping):
+            continue
+        for key in ("env", "headers"):
+            values = server.get(key)
+            if isinstance(values, Mapping):
+                for var, value in values.items():
+                    ref = secret_ref(value)
+                    if ref is not None:
+                        yield f"mcp_servers.{name}.{key}.{var}", ref
+
+
+async def find_environment(session: AsyncSession, team_id: str, environment_id: str) -> Environment | None:
+    """The team's environment with this uid or name."""
+    stmt = select(Environment).where(
+        Environment.team_id == team_id,
+        or_(Environment.uid == environment_id, Environment.name == environment_id),
+    )
+    rows = list((await session.execute(stmt)).scalars())
+    by_uid = [r for r in rows if r.uid == environment_id]
+    return (by_uid or rows)[0] if rows else None
+
+
+async def finalize_config(
+    session: AsyncSession,
+    resolver: SkillResolver,
+    team_id: str,
+    config: dict[str, Any],
+    *,
+    field: str = "config",
+    skill_field: str | None = None,
+) -> dict[str, Any]:
+    """Resolve the skill and check environment and secret references; raises ValidationFailed (422)."""
+    out = dict(config)
+    errors: list[dict[str, Any]] = []
+    spec = out.get("skill_spec")
+    if isinstance(spec, str) and spec:
+        stmt = select(Factory.source).where(Factory.team_id == team_id, Factory.source.is_not(None))
+        sources = {str(i): str(v) for i, v in enumerate((await session.execute(stmt)).scalars()) if v}
+        try:
+            skill = await asyncio.to_thread(resolver.resolve, spec, repos=factory_repositories(sources))
+        except SkillUnavailable as exc:
+            errors.append({"field": skill_field or f"{field}.skill_spec", "message": str(exc)})
+        else:
+            out[SKILL_KEY] = {"name": skill.name, "body": skill.body}
+            if not out.get("name"):
+                out["name"] = skill.name
+    needed: list[tuple[str, str]] = [
+        (f"{field}.{where}", name) for where, name in mcp_secret_refs(out.get("mcp_servers"))
+    ]
+    env_id = out.get("environment_id")
+    if isinstance(env_id, str) and env_id:
+        environment = await find_environment(session, team_id, env_id)
+        if environment is None:
+            errors.append({"field": f"{field}.environment_id", "message": f"unknown environment {env_id!r}"})
+        else:
+            names = (environment.spec or {}).get("secrets") or []
+            needed += [(f"{field}.environment_id", str(n)) for n in names if isinstance(n, str)]
+    if needed:
+        wanted = sorted({name for _, name in needed})
+        stmt = select(Secret.name).where(Secret.team_id == team_id, Secret.name.in_(wanted))
+        existing = set((await session.execute(stmt)).scalars())
+        for where, name in needed:
+            if name not in existing:
+                errors.append({"field": where, "message": f"team secret {name!r} does not exist"})
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ValidationFailed(f"{first['field']}: {first['message']}{more}", errors=errors)
+    return out
+
+
+def public_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The config as the API shows it: private keys (resolved skill body) removed."""
+    return {k: v for k, v in (config or {}).items() if not k.startswith("_")}

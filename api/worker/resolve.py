@@ -1,0 +1,135 @@
+"""Worker-side resolution of a claimed run's secret references (DESIGN §7a).
+
+The claim answer names secrets but never carries their values: the environment lists
+``secret_refs`` (team secret names) and MCP ``env``/``headers`` values may be ``secret:NAME``.
+:func:`resolve_claim` turns them into concrete values right before the job is built, inside the
+worker, through a :class:`SecretSource`. The values then live only in the worker's memory, the
+harness environment and the 0600 ``.mcp.json``; the run API never returns them.
+
+Sources: :class:`StoreSecrets` for service-hosted workers (they share the server's store and
+key). Self-hosted workers have no store access; until a lease-bound secrets endpoint exists,
+a run of theirs that references secrets fails with ``environment_setup_failed`` and a message
+that says so (see docs/agent-config.md).
+
+A secret name becomes an environment variable of the same name; characters an environment
+variable name cannot hold (``.``, ``-``) become ``_``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api.worker import EnvironmentSetupFailed
+from store import NotFound
+from store import secrets as secret_store
+from store.crypto import SecretBox
+from store.models import Run
+
+SECRET_PREFIX = "secret:"  # noqa: S105 - a reference prefix, not a secret
+
+
+class SecretSource(Protocol):
+    async def fetch(self, run_id: str, names: list[str]) -> dict[str, str]:
+        """The current values of the named team secrets of the run's team; raises on a missing one."""
+
+
+class StoreSecrets:
+    """Secrets read and decrypted straight from the store (service-hosted workers)."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], box: SecretBox) -> None:
+        self.sessions, self.box = sessions, box
+
+    async def fetch(self, run_id: str, names: list[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        async with self.sessions() as session:
+            team_id = await session.scalar(select(Run.team_id).where(Run.run_id == run_id))
+            if team_id is None:
+                raise EnvironmentSetupFailed(f"run {run_id} no longer exists")
+            for name in names:
+                try:
+                    out[name], _version = await secret_store.reveal(session, self.box, team_id, name)
+                except NotFound:
+                    raise EnvironmentSetupFailed(f"team secret {name!r} does not exist") from None
+        return out
+
+
+class NoSecrets:
+    """For workers without a way to read secrets: any reference fails the run with a clear message."""
+
+    async def fetch(self, run_id: str, names: list[str]) -> dict[str, str]:
+        if not names:
+            return {}
+        raise EnvironmentSetupFailed(
+            f"this worker cannot resolve team secrets ({', '.join(sorted(names))}); runs that reference "
+            "secrets need a service-hosted worker"
+        )
+
+
+def env_var_name(secret_name: str) -> str:
+    """The environment variable a team secret is injected as."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", secret_name)
+    return f"_{name}" if name[:1].isdigit() else name
+
+
+def secret_refs(run: Mapping[str, Any]) -> list[str]:
+    """Every team secret name the claimed run references (environment and MCP servers)."""
+    names: set[str] = set()
+    environment = run.get("environment")
+    if isinstance(environment, Mapping):
+        names.update(str(n) for n in environment.get("secret_refs") or [] if isinstance(n, str))
+    for _server, _key, _var, ref in _mcp_refs(_mcp_servers(run)):
+        names.add(ref)
+    return sorted(names)
+
+
+async def resolve_claim(run: Mapping[str, Any], source: SecretSource) -> dict[str, Any]:
+    """A copy of the claim's ``run`` with secret references replaced by values.
+
+    Raises :class:`EnvironmentSetupFailed` when the environment no longer exists or a secret cannot
+    be read: the caller ends the run FAILED ``environment_setup_failed``.
+    """
+    out = copy.deepcopy(dict(run))
+    environment = out.get("environment")
+    if isinstance(environment, dict) and environment.get("error"):
+        raise EnvironmentSetupFailed(str(environment["error"]))
+    names = secret_refs(out)
+    values = await source.fetch(str(out.get("run_id")), names) if names else {}
+    if isinstance(environment, dict):
+        refs = [n for n in environment.pop("secret_refs", None) or [] if isinstance(n, str)]
+        environment["secrets"] = {env_var_name(n): values[n] for n in refs}
+    servers = _mcp_servers(out)
+    if servers:
+        resolved = copy.deepcopy(servers)
+        for server, key, var, ref in _mcp_refs(servers):
+            resolved[server][key][var] = values[ref]
+        out["mcp_servers"] = resolved
+    return out
+
+
+def _mcp_servers(run: Mapping[str, Any]) -> dict[str, Any]:
+    servers = run.get("mcp_servers")
+    if servers is None:
+        config = run.get("agent_config")
+        servers = config.get("mcp_servers") if isinstance(config, Mapping) else None
+    return dict(servers) if isinstance(servers, Mapping) else {}
+
+
+def _mcp_refs(servers: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    found = []
+    for name, server in servers.items():
+        if not isinstance(server, Mapping):
+            continue
+        for key in ("env", "headers"):
+            values = server.get(key)
+            if not isinstance(values, Mapping):
+                continue
+            for var, value in values.items():
+                if isinstance(value, str) and value.startswith(SECRET_PREFIX):
+                    found.append((str(name), key, str(var), value[len(SECRET_PREFIX) :].strip()))
+    return found
