@@ -12,18 +12,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-SIGNATURE_SCHEMES = (
-    "standard_webhooks",
-    "stripe",
-    "github",
-    "sentry",
-    "pagerduty",
-    "vercel",
-    "slack",
-    "linear",
-    "shopify",
-)
-SCHEME_ALIASES = {"standard-webhooks": "standard_webhooks", "svix": "standard_webhooks"}
+from store.schemes import ALIASES, SCHEMES
+
+SIGNATURE_SCHEMES = SCHEMES
+SCHEME_ALIASES = ALIASES
 AUTH_MODES = ("token", "url_token", "signature")
 MAX_WEBHOOKS_PER_FACTORY = 20
 

@@ -22,18 +22,7 @@ import secrets as _random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-SCHEMES: tuple[str, ...] = (
-    "standard_webhooks",
-    "stripe",
-    "github",
-    "sentry",
-    "pagerduty",
-    "vercel",
-    "slack",
-    "linear",
-    "shopify",
-)
-ALIASES: Mapping[str, str] = {"standard-webhooks": "standard_webhooks", "svix": "standard_webhooks"}
+from store.schemes import ALIASES, SCHEMES
 
 TOLERANCE_SECONDS = 300  # Standard Webhooks (both ways), Stripe and Slack
 LINEAR_TOLERANCE_MS = 60_000
