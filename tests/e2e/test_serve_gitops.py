@@ -44,7 +44,15 @@ def cli(data: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
 
 
 class Server:
-    def __init__(self, data: Path, *args: str, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data: Path,
+        *args: str,
+        extra_env: dict[str, str] | None = None,
+        database: str | None = None,
+        key_file: Path | None = None,
+        workers: str = "0",
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = data / f"serve-{self.port}.log"
@@ -56,11 +64,12 @@ class Server:
                 "factoryctl.cli",
                 "--data-dir",
                 str(data),
+                *(["--database", database] if database else []),
                 "serve",
                 "--port",
                 str(self.port),
                 "--workers",
-                "0",
+                workers,
                 *args,
             ],
             stdout=self.log.open("w"),
@@ -77,7 +86,7 @@ class Server:
                 break
             except OSError:
                 time.sleep(0.1)
-        self.key = (data / "admin.key").read_text().strip()
+        self.key = (key_file or data / "admin.key").read_text().strip()
 
     def get(self, path: str) -> Any:
         req = urllib.request.Request(self.base + path, headers={"Authorization": f"Bearer {self.key}"})
@@ -284,3 +293,63 @@ def test_port_in_use_and_database_down(tmp_path: Path, data: Path) -> None:
     assert down.returncode == 1
     assert "database unavailable after 2 attempts" in down.stderr
     assert "Traceback" not in down.stderr
+
+
+def test_two_replicas_on_postgresql_apply_once_and_never_double_claim(
+    tmp_path: Path, pg_template: Any
+) -> None:
+    """Two ``serve`` processes, one PostgreSQL store, one definitions directory."""
+    if pg_template is None:
+        pytest.skip("FACTORY_TEST_POSTGRES_URL not set")
+    url = pg_template.new_database()
+    try:
+        root = tmp_path / "factory"
+        write_tree(root)
+        data_a, data_b = tmp_path / "a", tmp_path / "b"
+        created = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "factoryctl.cli",
+                "--data-dir",
+                str(data_a),
+                "--database",
+                url,
+                "secrets",
+                "create",
+                "hooks",
+                "--generate",
+            ],
+            capture_output=True,
+            text=True,
+            env=env(),
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        assert created.returncode == 0, created.stderr
+        a = Server(data_a, "--repo", str(root), database=url, workers="1")
+        b = Server(data_b, "--repo", str(root), database=url, workers="1", key_file=data_a / "admin.key")
+        try:
+            factory = wait_for(lambda: a.factory("gitops"))
+            assert len(factory["webhooks"]) == 1
+            (root / "webhooks" / "second.yaml").write_text("secretName: hooks\n")
+            factory = wait_for(lambda: (f := b.factory("gitops")) and len(f["webhooks"]) == 2 and f)
+            time.sleep(1.5)  # let both replicas finish reconciling the edit
+            names = sorted(w["name"] for w in a.factory("gitops")["webhooks"])
+            assert names == ["alerts", "second"]  # applied once: no duplicate rows, no conflicts
+
+            run_ids = [a.post("/api/v1/agent/runs", {"prompt": f"job {i}"})[1]["run_id"] for i in range(16)]
+
+            def all_done() -> bool:
+                runs = [b.get(f"/api/v1/agent/runs/{r}") for r in run_ids]
+                return all(r["state"] == "SUCCEEDED" for r in runs)
+
+            wait_for(all_done, timeout=60)
+            attempts = [b.get(f"/api/v1/agent/runs/{r}")["attempt"] for r in run_ids]
+            assert attempts == [1] * len(run_ids)  # each run claimed exactly once across both replicas
+        finally:
+            a.stop()
+            b.stop()
+        assert "Traceback" not in a.log.read_text() + b.log.read_text()
+    finally:
+        pg_template.drop(url)
