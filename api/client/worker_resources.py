@@ -1,4 +1,5 @@
-"""The worker protocol (``/api/v1/workers``): claim runs, heartbeat, report states, append logs.
+"""The worker protocol (``/api/v1/workers``): claim runs, heartbeat, report states, append logs,
+read the team secrets a claimed run references (lease holder only; never log the answer).
 
 Worker calls are never repeated after an ambiguous failure: a repeated claim would strand a run until
 its lease lapses, a repeated heartbeat could swallow follow-ups, a repeated log append duplicates lines.
@@ -93,8 +94,26 @@ def append_run_logs(
     )
 
 
+def _secrets(response: httpx.Response) -> dict[str, str]:
+    value = response.json().get("secrets")
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise TypeError("expected 'secrets' to be an object of strings")
+    return {str(k): v for k, v in value.items()}
+
+
+def run_secrets(run_id: str, *, worker_id: str | None = None) -> RequestSpec[dict[str, str]]:
+    """The values of the team secrets the claimed run references, ``{NAME: value}``."""
+    return RequestSpec(
+        "POST",
+        path(f"{V1}/workers/runs/{{}}/secrets", run_id),
+        _secrets,
+        json=json_body(worker_id=worker_id),
+    )
+
+
 class Workers(Resource[Mode]):
     claim = endpoint(claim_run)
     heartbeat = endpoint(heartbeat_run)
     report_state = endpoint(report_run_state)
     append_logs = endpoint(append_run_logs)
+    secrets = endpoint(run_secrets)

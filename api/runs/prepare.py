@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import ValidationFailed
 from api.context import SETTINGS
-from api.runs.skills import SkillResolver, SkillUnavailable, factory_repositories
+from api.runs.skills import ResolvedSkill, SkillResolver, SkillUnavailable, factory_repositories
 from store.models import Environment, Factory, Secret
 
 SKILL_KEY = "_skill"  # private: stripped from every API answer, read by the claim payload
@@ -70,6 +70,33 @@ async def find_environment(session: AsyncSession, team_id: str, environment_id: 
     return (by_uid or rows)[0] if rows else None
 
 
+async def resolve_skill(
+    session: AsyncSession, resolver: SkillResolver, team_id: str, spec: str
+) -> ResolvedSkill:
+    """Resolve ``spec`` for the team (its factory repositories win over the source template).
+
+    Raises :class:`SkillUnavailable`. The git/file work runs in a thread; ``session`` is only read.
+    """
+    repos = await skill_repositories(session, team_id)
+    return await asyncio.to_thread(resolver.resolve, spec, repos=repos)
+
+
+async def skill_repositories(session: AsyncSession, team_id: str) -> dict[str, str]:
+    """``owner/repo`` → location of the team's factory definition repositories."""
+    stmt = select(Factory.source).where(Factory.team_id == team_id, Factory.source.is_not(None))
+    sources = {str(i): str(v) for i, v in enumerate((await session.execute(stmt)).scalars()) if v}
+    return factory_repositories(sources)
+
+
+def with_skill(config: Mapping[str, Any], skill: ResolvedSkill) -> dict[str, Any]:
+    """``config`` with the resolved skill stored (private key) and ``name`` filled when unset."""
+    out = dict(config)
+    out[SKILL_KEY] = {"name": skill.name, "body": skill.body}
+    if not out.get("name"):
+        out["name"] = skill.name
+    return out
+
+
 async def finalize_config(
     session: AsyncSession,
     resolver: SkillResolver,
@@ -84,16 +111,12 @@ async def finalize_config(
     errors: list[dict[str, Any]] = []
     spec = out.get("skill_spec")
     if isinstance(spec, str) and spec:
-        stmt = select(Factory.source).where(Factory.team_id == team_id, Factory.source.is_not(None))
-        sources = {str(i): str(v) for i, v in enumerate((await session.execute(stmt)).scalars()) if v}
         try:
-            skill = await asyncio.to_thread(resolver.resolve, spec, repos=factory_repositories(sources))
+            skill = await resolve_skill(session, resolver, team_id, spec)
         except SkillUnavailable as exc:
             errors.append({"field": skill_field or f"{field}.skill_spec", "message": str(exc)})
         else:
-            out[SKILL_KEY] = {"name": skill.name, "body": skill.body}
-            if not out.get("name"):
-                out["name"] = skill.name
+            out.update(with_skill(out, skill))
     needed: list[tuple[str, str]] = [
         (f"{field}.{where}", name) for where, name in mcp_secret_refs(out.get("mcp_servers"))
     ]

@@ -32,7 +32,7 @@ import httpx
 from api.worker import EnvironmentSetupFailed, InvalidClaim
 from api.worker.environment import setup_failure_outcome
 from api.worker.job import Job, Outcome
-from api.worker.resolve import NoSecrets, resolve_claim
+from api.worker.resolve import RemoteSecrets, resolve_claim
 from api.workers.execution import ExecutionSettings, HeartbeatReply, LeaseLost, LogLine, execute
 
 log = logging.getLogger("factoryctl.worker")
@@ -220,7 +220,7 @@ class RemoteWorker:
         self.running.add(run_id)
         try:
             try:
-                job = Job.from_claim(await resolve_claim(run, NoSecrets()))
+                job = Job.from_claim(await resolve_claim(run, RemoteSecrets(self._run_secrets)))
             except EnvironmentSetupFailed as exc:
                 await channel.report(setup_failure_outcome(exc))
                 return
@@ -237,6 +237,22 @@ class RemoteWorker:
             log.error("run %s: abandoned: %s", run_id, exc)
         finally:
             self.running.discard(run_id)
+
+    async def _run_secrets(self, run_id: str) -> dict[str, str]:
+        """The team secrets the server lets this lease holder read for ``run_id`` (never logged).
+
+        A lost lease propagates (:class:`LeaseLost`); any other failure fails the run's setup.
+        """
+        try:
+            data = await self.post(f"/runs/{run_id}/secrets", {}, attempts=3)
+        except (httpx.TransportError, ServerUnavailable, FatalWorkerError) as exc:
+            raise EnvironmentSetupFailed(
+                f"cannot read the run's team secrets from the server: {exc}"
+            ) from None
+        values = data.get("secrets")
+        if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
+            raise EnvironmentSetupFailed("the server's answer to the secrets request is malformed")
+        return {str(k): v for k, v in values.items()}
 
     async def post(self, path: str, body: dict[str, Any], *, attempts: int) -> dict[str, Any]:
         """POST with retries on connection errors and 5xx; 404/409 mean the lease is gone."""

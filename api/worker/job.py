@@ -17,7 +17,8 @@ Claim payload read by :meth:`Job.from_claim` (unknown keys are ignored)::
       "environment": {"repos": [{"url", "path"?, "ref"?}], "setup": [str],
                       "env": {k: v}, "secrets": {ENV_NAME: value},
                       "setup_timeout_seconds": 900},
-      "timeout_seconds": 3600
+      "timeout_seconds": 3600,
+      "secret_values": ["..."]                   # every resolved secret value, to redact
     }
 
 When any of ``base_prompt``, ``skill_body`` or ``envelope`` is present at the top level, the job's
@@ -86,6 +87,8 @@ class Job:
     environment: dict[str, Any] | None = None
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     timeout_seconds: float | None = None
+    # resolved secret values beyond the environment's (MCP env/headers); never in a repr
+    redacted: tuple[str, ...] = field(default=(), repr=False)
 
     @classmethod
     def from_claim(cls, payload: Mapping[str, Any]) -> Job:
@@ -111,6 +114,9 @@ class Job:
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
         ):
             raise InvalidClaim("timeout_seconds must be a positive number")
+        redacted = _list(payload.get("secret_values"), "secret_values")
+        if not all(isinstance(v, str) for v in redacted):
+            raise InvalidClaim("secret_values must be a list of strings")
         return cls(
             run_id=run_id,
             prompt=prompt,
@@ -122,6 +128,7 @@ class Job:
             environment=environment,
             mcp_servers={str(k): dict(v) for k, v in servers.items()},
             timeout_seconds=float(timeout) if timeout is not None else None,
+            redacted=tuple(redacted),
         )
 
     def environment_variables(self) -> dict[str, str]:
@@ -133,10 +140,11 @@ class Job:
         return env
 
     def secret_values(self) -> list[str]:
-        """Values to redact from any output this run produces."""
-        if not self.environment:
-            return []
-        return [str(v) for v in (self.environment.get("secrets") or {}).values()]
+        """Values to redact from any output this run produces: environment and MCP secrets."""
+        values = set(self.redacted)
+        if self.environment:
+            values.update(str(v) for v in (self.environment.get("secrets") or {}).values())
+        return sorted(values)
 
 
 def parse_environment(value: Any) -> dict[str, Any]:

@@ -7,9 +7,12 @@ worker, through a :class:`SecretSource`. The values then live only in the worker
 harness environment and the 0600 ``.mcp.json``; the run API never returns them.
 
 Sources: :class:`StoreSecrets` for service-hosted workers (they share the server's store and
-key). Self-hosted workers have no store access; until a lease-bound secrets endpoint exists,
-a run of theirs that references secrets fails with ``environment_setup_failed`` and a message
-that says so (see docs/agent-config.md).
+key); :class:`RemoteSecrets` for self-hosted workers, which ask the control plane's lease-bound
+``POST /api/v1/workers/runs/{id}/secrets`` (the server decides which secrets the run may see);
+:class:`NoSecrets` where neither is available.
+
+Every resolved value is also listed under ``secret_values`` in the returned claim, so the job
+redacts MCP secrets from run output just like environment secrets.
 
 A secret name becomes an environment variable of the same name; characters an environment
 variable name cannot hold (``.``, ``-``) become ``_``.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from sqlalchemy import select
@@ -57,6 +60,33 @@ class StoreSecrets:
                 except NotFound:
                     raise EnvironmentSetupFailed(f"team secret {name!r} does not exist") from None
         return out
+
+
+SecretsFetcher = Callable[[str], Awaitable[Mapping[str, str]]]
+"""``run_id`` → every secret value the server lets this run's lease holder read."""
+
+
+class RemoteSecrets:
+    """Secrets fetched from the control plane for the run being prepared (self-hosted workers).
+
+    ``fetch_run_secrets`` is one request per run; the server answers only the secrets the run
+    references. A referenced name missing from the answer was deleted since the run was created.
+    """
+
+    def __init__(self, fetch_run_secrets: SecretsFetcher) -> None:
+        self.fetch_run_secrets = fetch_run_secrets
+
+    async def fetch(self, run_id: str, names: list[str]) -> dict[str, str]:
+        if not names:
+            return {}
+        available = await self.fetch_run_secrets(run_id)
+        missing = sorted(n for n in names if n not in available)
+        if missing:
+            raise EnvironmentSetupFailed(
+                f"team secret {missing[0]!r} does not exist"
+                + (f" (nor {', '.join(map(repr, missing[1:]))})" if len(missing) > 1 else "")
+            )
+        return {n: str(available[n]) for n in names}
 
 
 class NoSecrets:
@@ -109,6 +139,7 @@ async def resolve_claim(run: Mapping[str, Any], source: SecretSource) -> dict[st
         for server, key, var, ref in _mcp_refs(servers):
             resolved[server][key][var] = values[ref]
         out["mcp_servers"] = resolved
+    out["secret_values"] = sorted(set(values.values()))
     return out
 
 

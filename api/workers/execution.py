@@ -25,8 +25,8 @@ from typing import Any, Protocol
 from api.runs.states import TERMINAL
 from api.worker import EnvironmentSetupFailed, WorkerError
 from api.worker.environment import DEFAULT_SETUP_TIMEOUT_SECONDS, prepare_environment, setup_failure_outcome
-from api.worker.harness import Harness, OutputCallback, harness_for
-from api.worker.job import Job, Outcome
+from api.worker.harness import Harness, OutputCallback, RedactingEmitter, harness_for
+from api.worker.job import Job, Outcome, redact
 from api.worker.workspace import create_workspace, remove_workspace
 
 log = logging.getLogger("factoryctl.worker")
@@ -231,9 +231,13 @@ async def _run_in_workspace(
         return Outcome.error(str(exc), "workspace_unavailable", retryable=True)
     try:
         if job.environment:
-            prepared = await _prepare(job.environment, path, settings, cancel, on_output)
+            # Setup commands can read .mcp.json: its secrets are redacted like the environment's.
+            secrets = job.secret_values()
+            prepared = await _prepare(
+                job.environment, path, settings, cancel, RedactingEmitter(on_output, secrets)
+            )
             if prepared is not None:
-                return prepared
+                return _redacted(prepared, secrets)
         return await harness.run(job, path, cancel=cancel, on_output=on_output)
     finally:
         if not settings.keep_workspace:
@@ -241,6 +245,13 @@ async def _run_in_workspace(
                 await asyncio.to_thread(remove_workspace, path)
             except WorkerError as exc:
                 log.warning("%s", exc)
+
+
+def _redacted(outcome: Outcome, secrets: list[str]) -> Outcome:
+    message = outcome.status_message
+    if not message or not isinstance(message.get("message"), str):
+        return outcome
+    return Outcome(outcome.state, {**message, "message": redact(message["message"], secrets)})
 
 
 async def _prepare(

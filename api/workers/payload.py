@@ -14,21 +14,43 @@ has no other way to see them, and are marked delivered.
 ``skill_body`` is the SKILL.md body resolved at run creation; ``environment`` is the run's
 environment spec with team secrets as *names* (``secret_refs``), or ``{"error": ...}`` when it was
 deleted since. Secret values never travel in the claim: the worker resolves them
-(:mod:`api.worker.resolve`).
+(:mod:`api.worker.resolve`), a self-hosted one through ``POST /workers/runs/{id}/secrets``, which
+answers only the names :func:`run_secret_names` computes from the stored run.
+
+Runs created without a resolved skill (webhook-started runs: ingress stays free of git I/O) get
+theirs at claim time, in :func:`complete_claim`, *after* the claim's transaction so a slow clone
+never holds the database write lock. The body is then stored on the run, so a retried attempt sees
+the same skill; a skill that cannot be resolved ends the run FAILED ``skill_unavailable``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from aiohttp import web
+from sqlalchemy import CursorResult, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.runs.prepare import SKILL_KEY, find_environment, public_config
-from api.runs.queue import pending_followups
+from api.context import SETTINGS
+from api.runs.prepare import (
+    SKILL_KEY,
+    SKILLS,
+    find_environment,
+    mcp_secret_refs,
+    public_config,
+    skill_repositories,
+    with_skill,
+)
+from api.runs.queue import LeaseLost, pending_followups, report_state
+from api.runs.skills import SkillResolver, SkillUnavailable
+from api.runs.states import LEASED, IllegalTransition
+from store import NotFound
 from store.clock import Clock, rfc3339
 from store.models import Run, RunAttachment, RunFollowup
+
+SKILL_UNAVAILABLE = "skill_unavailable"
 
 
 def followup_json(row: RunFollowup) -> dict[str, Any]:
@@ -103,3 +125,88 @@ async def environment_payload(session: AsyncSession, team_id: str, environment_i
     if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
         out["setup_timeout_seconds"] = timeout
     return out
+
+
+def skill_resolver(app: web.Application) -> SkillResolver:
+    """The app's skill resolver (installed by the run routes), or one built from the settings."""
+    resolver = app.get(SKILLS)
+    if resolver is None:
+        settings = app[SETTINGS]
+        resolver = SkillResolver(settings.skills_source, settings.data_dir / "skills-cache")
+    return resolver
+
+
+async def complete_claim(
+    sessions: async_sessionmaker[AsyncSession],
+    clock: Clock,
+    resolver: SkillResolver,
+    payload: dict[str, Any],
+    *,
+    owner: str,
+) -> dict[str, Any] | None:
+    """Resolve a skill the run was created without; call after the claim's transaction committed.
+
+    Returns the payload (with ``skill_body``), or None when the run cannot be handed out: the skill
+    is unavailable (the run is then FAILED ``skill_unavailable``) or ``owner`` lost the lease.
+    """
+    run = payload["run"]
+    config = run.get("agent_config") or {}
+    spec = config.get("skill_spec")
+    if not isinstance(spec, str) or not spec or "skill_body" in run:
+        return payload
+    run_id = str(run["run_id"])
+    async with sessions() as session:
+        row = (
+            await session.execute(select(Run.team_id, Run.agent_config).where(Run.run_id == run_id))
+        ).one_or_none()
+        if row is None:
+            return None
+        team_id, stored = row
+        repos = await skill_repositories(session, team_id)
+    try:  # no session is open meanwhile: a clone may take a while
+        skill = await asyncio.to_thread(resolver.resolve, spec, repos=repos)
+    except SkillUnavailable as exc:
+        await _fail_claimed(sessions, clock, run_id, owner, spec, str(exc))
+        return None
+    updated = with_skill(stored or {}, skill)
+    async with sessions() as session, session.begin():
+        stmt = (
+            update(Run)
+            .where(Run.run_id == run_id, Run.lease_owner == owner, Run.state.in_([s.value for s in LEASED]))
+            .values(agent_config=updated, config_name=str(updated["name"])[:200])
+            .execution_options(synchronize_session=False)
+        )
+        result = cast(CursorResult[Any], await session.execute(stmt))
+        if result.rowcount != 1:  # the lease lapsed or the run was cancelled meanwhile
+            return None
+    run["skill_body"] = skill.body
+    run["agent_config"] = public_config(updated)
+    return payload
+
+
+async def _fail_claimed(
+    sessions: async_sessionmaker[AsyncSession], clock: Clock, run_id: str, owner: str, spec: str, problem: str
+) -> None:
+    message = {
+        "message": f"the skill {spec!r} could not be resolved when the run was claimed: {problem}",
+        "error_code": SKILL_UNAVAILABLE,
+        "retryable": False,
+    }
+    try:
+        async with sessions() as session, session.begin():
+            await report_state(session, clock, run_id, owner=owner, state="FAILED", status_message=message)
+    except (LeaseLost, IllegalTransition, NotFound):
+        pass  # the run moved on (cancelled, reaped): nothing is left to fail
+
+
+async def run_secret_names(session: AsyncSession, run: Run) -> list[str]:
+    """Every team secret the run references: its MCP ``secret:NAME`` values and its environment's
+    ``secrets`` (as the environment is now). Computed from the store, never from a request."""
+    config = run.agent_config or {}
+    names = {name for _field, name in mcp_secret_refs(config.get("mcp_servers"))}
+    env_id = config.get("environment_id")
+    if isinstance(env_id, str) and env_id:
+        environment = await find_environment(session, run.team_id, env_id)
+        if environment is not None:
+            names.update(n for n in (environment.spec or {}).get("secrets") or [] if isinstance(n, str))
+    return sorted(names)

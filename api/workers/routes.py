@@ -6,6 +6,10 @@
   answers ``cancel_requested`` and the pending follow-ups (each handed over once).
 - ``POST /workers/runs/{id}/state`` ``{state, status_message?, worker_id?}`` through the state machine.
 - ``POST /workers/runs/{id}/logs`` ``{lines: [{stream, text}], worker_id?}`` appends to the run log.
+- ``POST /workers/runs/{id}/secrets`` ``{worker_id?}`` answers ``{secrets: {NAME: value}}``: the
+  current values of the team secrets *this run* references (computed from the stored run, never
+  from the request), to the lease holder only, while the run is CLAIMED or INPROGRESS. A secret
+  deleted since the run was created is left out (the worker fails the run). Never logged.
 
 Worker keys act only for their own host IDs (403 otherwise); admin keys may act for any host,
 including ``""`` (service-hosted). The lease owner is the key plus the caller's ``worker_id``, so
@@ -23,7 +27,7 @@ from sqlalchemy import select
 
 from api import Conflict, NotAuthorized, ValidationFailed
 from api.auth import principal, require_worker_host
-from api.context import CLOCK, SETTINGS, sessions
+from api.context import BOX, CLOCK, SETTINGS, sessions
 from api.problems import field_error, read_json_object
 from api.runs.config import worker_host_of
 from api.runs.queue import (
@@ -36,10 +40,17 @@ from api.runs.queue import (
     queued_exists,
     report_state,
 )
-from api.runs.states import IllegalTransition
+from api.runs.states import LEASED, IllegalTransition, RunState
 from api.workers import CLAIM_SIGNAL, ClaimSignal, wake_claimers
-from api.workers.payload import claim_payload, followup_json
+from api.workers.payload import (
+    claim_payload,
+    complete_claim,
+    followup_json,
+    run_secret_names,
+    skill_resolver,
+)
 from store import NotFound
+from store import secrets as secret_store
 from store.apikeys import Principal
 from store.clock import rfc3339
 from store.models import Run
@@ -136,13 +147,18 @@ async def _try_claim(
                 return None
     lease = request.app[SETTINGS].lease_seconds
     clock = request.app[CLOCK]
-    async with factory() as session, session.begin():
-        run = await claim_next(
-            session, clock, worker_hosts=hosts, owner=owner, lease_seconds=lease, team_id=team_id
-        )
-        if run is None:
-            return None
-        return await claim_payload(session, clock, run, lease)
+    while True:  # a run whose skill fails at claim time ends FAILED; then take the next one
+        async with factory() as session, session.begin():
+            run = await claim_next(
+                session, clock, worker_hosts=hosts, owner=owner, lease_seconds=lease, team_id=team_id
+            )
+            if run is None:
+                return None
+            payload = await claim_payload(session, clock, run, lease)
+        resolver = skill_resolver(request.app)
+        completed = await complete_claim(factory, clock, resolver, payload, owner=owner)
+        if completed is not None:
+            return completed
 
 
 async def _authorize_for_run(request: web.Request, run_id: str) -> Principal:
@@ -280,9 +296,31 @@ async def logs_route(request: web.Request) -> web.Response:
     return web.json_response({"run_id": run_id, "appended": count})
 
 
+async def secrets_route(request: web.Request) -> web.Response:
+    run_id = request.match_info["run_id"]
+    who = await _authorize_for_run(request, run_id)
+    body = await _optional_body(request)
+    owner = _owner(who, body)
+    box = request.app[BOX]
+    async with sessions(request)() as session:
+        run = await session.scalar(select(Run).where(Run.run_id == run_id, Run.team_id == who.team_id))
+        if run is None:
+            raise NotFound(f"run {run_id} does not exist")
+        if run.lease_owner != owner or RunState(run.state) not in LEASED:
+            raise Conflict(f"run {run_id} is {run.state} and its lease is not held by this worker")
+        values: dict[str, str] = {}
+        for name in await run_secret_names(session, run):
+            try:
+                values[name], _version = await secret_store.reveal(session, box, who.team_id, name)
+            except NotFound:
+                continue  # deleted since the run was created: the worker reports it missing
+    return web.json_response({"secrets": values}, headers={"Cache-Control": "no-store"})
+
+
 def setup(app: web.Application) -> None:
     app[CLAIM_SIGNAL] = ClaimSignal()
     app.router.add_post(f"{PREFIX}/claim", claim)
     app.router.add_post(PREFIX + "/runs/{run_id}/heartbeat", heartbeat_route)
     app.router.add_post(PREFIX + "/runs/{run_id}/state", state_route)
     app.router.add_post(PREFIX + "/runs/{run_id}/logs", logs_route)
+    app.router.add_post(PREFIX + "/runs/{run_id}/secrets", secrets_route)

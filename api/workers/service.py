@@ -32,7 +32,7 @@ from api.worker.job import Job, Outcome
 from api.worker.resolve import StoreSecrets, resolve_claim
 from api.workers import CLAIM_SIGNAL, ClaimSignal
 from api.workers.execution import ExecutionSettings, HeartbeatReply, LeaseLost, LogLine, execute
-from api.workers.payload import claim_payload, followup_json
+from api.workers.payload import claim_payload, complete_claim, followup_json, skill_resolver
 from store import NotFound
 from store.clock import Clock
 
@@ -170,11 +170,18 @@ class ServiceWorker:
                 if not await queue.queued_exists(session, worker_hosts=SERVICE_HOSTS):
                     return None
         lease = self.app[SETTINGS].lease_seconds
-        async with sessions() as session, session.begin():
-            run = await queue.claim_next(
-                session, clock, worker_hosts=SERVICE_HOSTS, owner=self.owner, lease_seconds=lease
-            )
-            return None if run is None else await claim_payload(session, clock, run, lease)
+        while True:  # a run whose skill fails at claim time ends FAILED; then take the next one
+            async with sessions() as session, session.begin():
+                run = await queue.claim_next(
+                    session, clock, worker_hosts=SERVICE_HOSTS, owner=self.owner, lease_seconds=lease
+                )
+                if run is None:
+                    return None
+                payload = await claim_payload(session, clock, run, lease)
+            resolver = skill_resolver(self.app)
+            completed = await complete_claim(sessions, clock, resolver, payload, owner=self.owner)
+            if completed is not None:
+                return completed
 
     async def execute(self, payload: dict[str, Any]) -> None:
         run, lease = payload["run"], float(payload["lease_seconds"])
