@@ -17,7 +17,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import Text, and_, bindparam, cast, select
+from sqlalchemy import Connection, Text, and_, bindparam, cast, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import store
@@ -63,7 +63,7 @@ class AutomationRow:
     factory_worker_host: str | None
 
 
-_WEBHOOK = (
+WEBHOOK_QUERY = (
     select(
         Webhook.uid,
         Webhook.team_id,
@@ -102,9 +102,46 @@ _ROUTES = (
 )
 
 
+# The automations runs start for, with their factories, outer-joined to runs they already have for the
+# deliveries' (webhook, delivery ID) pairs; built once so that its compiled form is cached.
+_AUTOMATIONS = (
+    select(
+        Automation.uid,
+        Automation.name,
+        Automation.title,
+        Automation.prompt,
+        Automation.agent,
+        Automation.config,
+        Factory.uid,
+        Factory.agents,
+        Factory.worker_host,
+        Run.webhook_uid,
+        Run.delivery_id,
+    )
+    .join(Factory, Factory.uid == Automation.factory_uid)
+    .outerjoin(
+        Run,
+        and_(
+            Run.automation_id == Automation.uid,
+            Run.webhook_uid.in_(bindparam("webhooks", expanding=True)),
+            Run.delivery_id.in_(bindparam("delivery_ids", expanding=True)),
+        ),
+    )
+    .where(Automation.uid.in_(bindparam("uids", expanding=True)))
+)
+
+
 async def find_webhook(session: AsyncSession, uid: str) -> WebhookRow | None:
     """The live webhook with this UID, or None when it is unknown, disabled or deleted (all alike)."""
-    row = (await session.execute(_WEBHOOK, {"uid": uid})).first()
+    return webhook_row((await session.execute(WEBHOOK_QUERY, {"uid": uid})).first())
+
+
+def find_webhook_in(conn: Connection, uid: str) -> WebhookRow | None:
+    """:func:`find_webhook` on a synchronous connection."""
+    return webhook_row(conn.execute(WEBHOOK_QUERY, {"uid": uid}).first())
+
+
+def webhook_row(row: Sequence[Any] | None) -> WebhookRow | None:
     if row is None:
         return None
     return WebhookRow(
@@ -152,6 +189,12 @@ class SecretCache:
     def __init__(self, box: SecretBox, max_entries: int = 4096) -> None:
         self._box = box
         self._cache: BoundedCache[tuple[str, int], str] = BoundedCache(max_entries)
+
+    def cached(self, webhook: WebhookRow) -> str | None:
+        """The webhook's captured secret if it is cached (None says nothing: ask :meth:`get`)."""
+        if webhook.secret_id is None or webhook.secret_version is None:
+            return None
+        return self._cache.get((webhook.secret_id, webhook.secret_version))
 
     async def get(self, session: AsyncSession, webhook: WebhookRow) -> str | None:
         """The webhook's captured secret value; None when none was supplied or it no longer exists."""
@@ -217,9 +260,16 @@ async def match_routes(
 ) -> list[list[str]]:
     """For each (webhook, payload): UIDs of the enabled automations with a trigger on that webhook whose
     payload filter matches (any of its triggers). One SELECT for all the webhooks involved."""
+    return await session.run_sync(lambda s: match_routes_in(s.connection(), deliveries, filters))
+
+
+def match_routes_in(
+    conn: Connection, deliveries: Sequence[tuple[WebhookRow, object]], filters: FilterCache
+) -> list[list[str]]:
+    """:func:`match_routes` on a synchronous connection."""
     routes: dict[str, list[tuple[str, str | None]]] = {}
     uids = sorted({webhook.uid for webhook, _ in deliveries})
-    for row in (await session.execute(_ROUTES, {"uids": uids})).all():
+    for row in conn.execute(_ROUTES, {"uids": uids}).all():
         routes.setdefault(row[0], []).append((row[1], row[2]))
     result: list[list[str]] = []
     for webhook, payload in deliveries:
@@ -245,34 +295,23 @@ async def load_automations(
 ) -> tuple[dict[str, AutomationRow], set[tuple[str, str, str]]]:
     """The automations that deliveries start runs for (with their factories' agent defaults), and the
     (automation, webhook, delivery ID) triples among them that already have a run - one query."""
+    return await session.run_sync(lambda s: load_automations_in(s.connection(), uids, deliveries))
+
+
+def load_automations_in(
+    conn: Connection, uids: Sequence[str], deliveries: Sequence[tuple[str, str]]
+) -> tuple[dict[str, AutomationRow], set[tuple[str, str, str]]]:
+    """:func:`load_automations` on a synchronous connection."""
     if not uids:
         return {}, set()
-    earlier = and_(
-        Run.automation_id == Automation.uid,
-        Run.webhook_uid.in_(sorted({w for w, _ in deliveries})),
-        Run.delivery_id.in_(sorted({d for _, d in deliveries})),
-    )
-    stmt = (
-        select(
-            Automation.uid,
-            Automation.name,
-            Automation.title,
-            Automation.prompt,
-            Automation.agent,
-            Automation.config,
-            Factory.uid,
-            Factory.agents,
-            Factory.worker_host,
-            Run.webhook_uid,
-            Run.delivery_id,
-        )
-        .join(Factory, Factory.uid == Automation.factory_uid)
-        .outerjoin(Run, earlier)
-        .where(Automation.uid.in_(sorted(uids)))
-    )
+    params = {
+        "uids": sorted(uids),
+        "webhooks": sorted({w for w, _ in deliveries}),
+        "delivery_ids": sorted({d for _, d in deliveries}),
+    }
     automations: dict[str, AutomationRow] = {}
     already: set[tuple[str, str, str]] = set()
-    for r in (await session.execute(stmt)).all():
+    for r in conn.execute(_AUTOMATIONS, params).all():
         automations[r[0]] = AutomationRow(
             uid=r[0],
             name=r[1],

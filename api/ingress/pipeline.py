@@ -18,18 +18,20 @@ skipped (the Accepted insert has serialised that identity, so the check cannot r
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, insert, text
+from sqlalchemy import Connection, Table, insert, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.ingress import lookup
+from api.ingress.direct import DirectSqlite
 from api.ingress.envelope import PAYLOAD_FILE, PAYLOAD_MIME, run_prompt
 from api.runs.config import resolve_config
-from api.runs.store import Creator, NewAttachment, create_run
+from api.runs.store import Creator, NewAttachment, build_run_row, insert_runs
 from store.clock import Clock
 from store.models import Delivery
 
@@ -64,12 +66,15 @@ class Outcome:
     run_ids: tuple[str, ...] = ()
 
 
-def _accept_statement(dialect: str, rows: list[dict[str, Any]]) -> Any:
-    """The dialect's ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` on the partial unique index."""
+def _accept_statement(dialect: str) -> Any:
+    """The dialect's ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` on the partial unique index.
+
+    Built once per dialect and executed with a list of rows: SQLAlchemy's "insertmanyvalues" sends it as
+    one multi-row INSERT (rows in order) from a cached compilation.
+    """
     insert_ = sqlite.insert if dialect == "sqlite" else postgresql.insert
     return (
         insert_(_DELIVERIES)
-        .values(rows)
         .on_conflict_do_nothing(
             index_elements=[_DELIVERIES.c.webhook_uid, _DELIVERIES.c.delivery_id],
             index_where=text("status = 'Accepted'"),
@@ -78,13 +83,26 @@ def _accept_statement(dialect: str, rows: list[dict[str, Any]]) -> Any:
     )
 
 
+_ACCEPT = {dialect: _accept_statement(dialect) for dialect in ("sqlite", "postgresql")}
+
+
 async def accept(
     session: AsyncSession, clock: Clock, batch: Sequence[Pending], filters: lookup.FilterCache
 ) -> list[Outcome]:
-    """Log each delivery as Accepted or Duplicate and start its runs, all in one committed transaction.
+    """Log each delivery as Accepted or Duplicate and start its runs, all in one committed transaction."""
+    async with session.begin():
+        conn = await session.connection()
+        return await conn.run_sync(accept_in, clock, batch, filters)
+
+
+def accept_in(
+    conn: Connection, clock: Clock, batch: Sequence[Pending], filters: lookup.FilterCache
+) -> list[Outcome]:
+    """The statements of :func:`accept` inside the caller's transaction on a synchronous connection.
 
     One multi-row insert decides every delivery of the batch; within a batch, the first of several
-    deliveries with one identity is the accepted one (rows are inserted in order).
+    deliveries with one identity is the accepted one (rows are inserted in order). The runs of the whole
+    batch, and their attachments, are then inserted with one statement each.
     """
     now = clock.now()
     entries = [
@@ -98,59 +116,56 @@ async def accept(
         }
         for p in batch
     ]
-    dialect = session.get_bind().dialect.name
-    async with session.begin():
-        rows = [{**e, "status": ACCEPTED, "payload": p.raw} for e, p in zip(entries, batch, strict=True)]
-        inserted = {
-            (uid, did) for uid, did in (await session.execute(_accept_statement(dialect, rows))).all()
-        }
-        won: list[int] = []
-        for index, p in enumerate(batch):
-            key = (p.webhook.uid, p.delivery_id)
-            if key in inserted:
-                inserted.discard(key)
-                won.append(index)
-        lost = sorted(set(range(len(batch))) - set(won))
-        if lost:
-            duplicates = [{**entries[i], "status": DUPLICATE, "payload": None} for i in lost]
-            await session.execute(insert(_DELIVERIES), duplicates)
-        runs: dict[int, tuple[str, ...]] = {}
-        if won:
-            matches = await lookup.match_routes(
-                session, [(batch[i].webhook, batch[i].payload) for i in won], filters
-            )
-            wanted = {i: m for i, m in zip(won, matches, strict=True) if m}
-            if wanted:
-                runs = await _start_runs(session, clock, batch, wanted)
+    rows = [{**e, "status": ACCEPTED, "payload": p.raw} for e, p in zip(entries, batch, strict=True)]
+    inserted = {(uid, did) for uid, did in conn.execute(_ACCEPT[conn.dialect.name], rows).all()}
+    won: list[int] = []
+    for index, p in enumerate(batch):
+        key = (p.webhook.uid, p.delivery_id)
+        if key in inserted:
+            inserted.discard(key)
+            won.append(index)
+    lost = sorted(set(range(len(batch))) - set(won))
+    if lost:
+        conn.execute(
+            insert(_DELIVERIES), [{**entries[i], "status": DUPLICATE, "payload": None} for i in lost]
+        )
+    runs: dict[int, tuple[str, ...]] = {}
+    if won:
+        matches = lookup.match_routes_in(conn, [(batch[i].webhook, batch[i].payload) for i in won], filters)
+        wanted = {i: m for i, m in zip(won, matches, strict=True) if m}
+        if wanted:
+            runs = _start_runs(conn, now, batch, wanted)
+    won_set = set(won)
     return [
-        Outcome(p.delivery_id, duplicate=i not in won, run_ids=runs.get(i, ())) for i, p in enumerate(batch)
+        Outcome(p.delivery_id, duplicate=i not in won_set, run_ids=runs.get(i, ()))
+        for i, p in enumerate(batch)
     ]
 
 
-async def _start_runs(
-    session: AsyncSession, clock: Clock, batch: Sequence[Pending], wanted: dict[int, list[str]]
+def _start_runs(
+    conn: Connection, now: dt.datetime, batch: Sequence[Pending], wanted: dict[int, list[str]]
 ) -> dict[int, tuple[str, ...]]:
     """One QUEUED run per (delivery, matching automation), skipping automations that already ran for the
     delivery ID (possible only after retention pruned its Accepted entry)."""
-    automations, already = await lookup.load_automations(
-        session,
+    automations, already = lookup.load_automations_in(
+        conn,
         sorted({uid for uids in wanted.values() for uid in uids}),
         [(batch[i].webhook.uid, batch[i].delivery_id) for i in wanted],
     )
     started: dict[int, tuple[str, ...]] = {}
+    rows: list[tuple[dict[str, Any], tuple[NewAttachment]]] = []
     for index, uids in wanted.items():
         p = batch[index]
         creator = Creator("service_account", p.webhook.uid, f"webhook {p.webhook.name}"[:200])
-        attachment = NewAttachment(file_name=PAYLOAD_FILE, mime_type=PAYLOAD_MIME, data=p.raw)
+        attachment = (NewAttachment(file_name=PAYLOAD_FILE, mime_type=PAYLOAD_MIME, data=p.raw),)
         run_ids = []
         for uid in uids:
             automation = automations.get(uid)
             if automation is None or (uid, p.webhook.uid, p.delivery_id) in already:
                 continue
             config = _agent_config(automation)
-            run = await create_run(
-                session,
-                clock,
+            row = build_run_row(
+                now,
                 team_id=p.webhook.team_id,
                 prompt=run_prompt(
                     automation.prompt,
@@ -163,15 +178,16 @@ async def _start_runs(
                 source=RUN_SOURCE,
                 creator=creator,
                 metadata=None,
-                attachments=[attachment],
                 factory_uid=automation.factory_uid,
                 automation_id=automation.uid,
                 webhook_uid=p.webhook.uid,
                 delivery_id=p.delivery_id,
                 worker_host=config.get("worker_host"),
             )
-            run_ids.append(run.run_id)
+            rows.append((row, attachment))
+            run_ids.append(row["run_id"])
         started[index] = tuple(run_ids)
+    insert_runs(conn, rows)
     return started
 
 
@@ -196,18 +212,22 @@ async def record(
 ) -> None:
     """Log a rejected delivery (metadata only, never the payload) in its own short transaction."""
     async with session.begin():
-        await session.execute(
-            insert(_DELIVERIES).values(
-                team_id=webhook.team_id,
-                webhook_uid=webhook.uid,
-                delivery_id=delivery_id,
-                status=status,
-                size=size,
-                received_at=clock.now(),
-                payload=None,
-                detail=detail[:_DETAIL_MAX] if detail else None,
-            )
-        )
+        await session.execute(_record_statement(clock, webhook, delivery_id, status, size, detail))
+
+
+def _record_statement(
+    clock: Clock, webhook: lookup.WebhookRow, delivery_id: str, status: str, size: int, detail: str | None
+) -> Any:
+    return insert(_DELIVERIES).values(
+        team_id=webhook.team_id,
+        webhook_uid=webhook.uid,
+        delivery_id=delivery_id,
+        status=status,
+        size=size,
+        received_at=clock.now(),
+        payload=None,
+        detail=detail[:_DETAIL_MAX] if detail else None,
+    )
 
 
 class Writer:
@@ -219,7 +239,10 @@ class Writer:
     future; the task takes everything queued so far (up to ``max_batch``), commits it as one
     transaction and only then resolves the futures, so a 202 still means "committed". If a batch fails,
     its deliveries are retried one by one, so one bad delivery cannot fail its neighbours. Rejection log
-    entries take the same asyncio lock instead of SQLite's busy handler.
+    entries are serialised with the batches.
+
+    With ``direct`` (a file-backed SQLite database, :mod:`api.ingress.direct`) each batch runs as one call
+    on the dedicated writer thread; otherwise through ``sessions`` under an asyncio lock.
     """
 
     def __init__(
@@ -230,9 +253,11 @@ class Writer:
         *,
         group_commit: bool,
         max_batch: int = 64,
+        direct: DirectSqlite | None = None,
     ) -> None:
         self._sessions, self._clock, self._filters = sessions, clock, filters
         self._group_commit, self._max_batch = group_commit, max_batch
+        self._direct = direct if group_commit else None
         self._lock = asyncio.Lock()
         self._queue: asyncio.Queue[tuple[Pending, asyncio.Future[Outcome]] | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -246,7 +271,21 @@ class Writer:
             self._task = asyncio.create_task(self._run(), name="ingress-group-commit")
         return await future
 
-    async def record(self, session: AsyncSession, webhook: lookup.WebhookRow, **entry: Any) -> None:
+    async def record(
+        self,
+        session: AsyncSession,
+        webhook: lookup.WebhookRow,
+        *,
+        delivery_id: str,
+        status: str,
+        size: int,
+        detail: str | None = None,
+    ) -> None:
+        if self._direct is not None:
+            statement = _record_statement(self._clock, webhook, delivery_id, status, size, detail)
+            await self._direct.write(lambda conn: conn.execute(statement))
+            return
+        entry: dict[str, Any] = {"delivery_id": delivery_id, "status": status, "size": size, "detail": detail}
         if not self._group_commit:
             await record(session, self._clock, webhook, **entry)
             return
@@ -271,10 +310,16 @@ class Writer:
                 batch.append(following)
             await self._commit(batch)
 
+    async def _accept(self, batch: list[Pending]) -> list[Outcome]:
+        if self._direct is not None:
+            clock, filters = self._clock, self._filters
+            return await self._direct.write(lambda conn: accept_in(conn, clock, batch, filters))
+        async with self._lock, self._sessions() as session:
+            return await accept(session, self._clock, batch, self._filters)
+
     async def _commit(self, batch: list[tuple[Pending, asyncio.Future[Outcome]]]) -> None:
         try:
-            async with self._lock, self._sessions() as session:
-                outcomes = await accept(session, self._clock, [p for p, _ in batch], self._filters)
+            outcomes = await self._accept([p for p, _ in batch])
         except Exception as exc:
             if len(batch) > 1:
                 for single in batch:

@@ -33,6 +33,7 @@ from api import AuthenticationRequired, BadRequest, PayloadTooLarge, RateLimited
 from api.context import BOX, CLOCK, ENGINE, REGISTRY, SESSIONS, SETTINGS, ServerSettings
 from api.ingress import pipeline
 from api.ingress.counters import PeekCounter, counter_for, over_budget
+from api.ingress.direct import DirectSqlite
 from api.ingress.identity import FACTORY_DELIVERY_ID_HEADER, delivery_identity, normalize_id
 from api.ingress.lookup import FilterCache, SecretCache, WebhookRow, find_webhook
 from api.ingress.ratelimit import Decision, consume
@@ -58,6 +59,7 @@ class Ingress:
     filters: FilterCache
     writer: pipeline.Writer
     outcomes: MetricCounter
+    direct: DirectSqlite | None = None  # file-backed SQLite: synchronous hot-path access
 
     def count(self, outcome: str) -> None:
         self.outcomes.labels(outcome).inc()
@@ -80,10 +82,9 @@ async def receive(request: web.Request) -> web.Response:
 async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession) -> web.Response:
     uid, token = request.match_info["uid"], request.match_info.get("token")
     settings, counter = ingress.settings, ingress.counter
-    # (1) The live webhook and its captured secret (cached by immutable version).
-    async with ingress.readers() as reader, reader.begin():
-        webhook = await find_webhook(reader, uid)
-        secret = await ingress.secrets.get(reader, webhook) if webhook is not None else None
+    # (1) The live webhook (read on every request) and its captured secret (cached by immutable version).
+    webhook = await _find_webhook(ingress, uid)
+    secret = await _secret(ingress, webhook)
     if webhook is None or (token is not None and webhook.auth_mode != URL_TOKEN):
         ingress.count("not_found")
         raise ResourceNotFound(_NOT_FOUND)
@@ -172,6 +173,25 @@ async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession
     outcome = await ingress.writer.accept(session, pipeline.Pending(webhook, delivery_id, raw, payload))
     ingress.count("duplicate" if outcome.duplicate else "accepted")
     return web.json_response({"delivery_id": outcome.delivery_id}, status=202)
+
+
+async def _find_webhook(ingress: Ingress, uid: str) -> WebhookRow | None:
+    if ingress.direct is not None:
+        found = ingress.direct.find_webhook(uid)  # on this thread: no hand-off for a key lookup
+        if not isinstance(found, Exception):
+            return found
+    async with ingress.readers() as reader, reader.begin():
+        return await find_webhook(reader, uid)
+
+
+async def _secret(ingress: Ingress, webhook: WebhookRow | None) -> str | None:
+    if webhook is None:
+        return None
+    cached = ingress.secrets.cached(webhook)
+    if cached is not None:
+        return cached
+    async with ingress.readers() as reader, reader.begin():
+        return await ingress.secrets.get(reader, webhook)
 
 
 def _token_failure(
@@ -272,7 +292,10 @@ def _rate_limited(detail: str, decision: Decision) -> RateLimited:
 
 async def _writer_lifecycle(app: web.Application) -> AsyncIterator[None]:
     yield
-    await app[INGRESS].writer.close()
+    ingress = app[INGRESS]
+    await ingress.writer.close()
+    if ingress.direct is not None:
+        await ingress.direct.close()
 
 
 def _readers(
@@ -287,6 +310,7 @@ def _readers(
 
 def setup(app: web.Application) -> None:
     engine, filters = app[ENGINE], FilterCache()
+    direct = DirectSqlite.open(engine)
     app[INGRESS] = Ingress(
         sessions=app[SESSIONS],
         readers=_readers(engine, app[SESSIONS]),
@@ -296,7 +320,7 @@ def setup(app: web.Application) -> None:
         secrets=SecretCache(app[BOX]),
         filters=filters,
         writer=pipeline.Writer(
-            app[SESSIONS], app[CLOCK], filters, group_commit=engine.dialect.name == "sqlite"
+            app[SESSIONS], app[CLOCK], filters, group_commit=engine.dialect.name == "sqlite", direct=direct
         ),
         outcomes=MetricCounter(
             "factoryctl_ingress_deliveries",
@@ -304,6 +328,7 @@ def setup(app: web.Application) -> None:
             ["outcome"],
             registry=app[REGISTRY],
         ),
+        direct=direct,
     )
     app.cleanup_ctx.append(_writer_lifecycle)
     app.router.add_post("/webhooks/w/{uid}", receive)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, or_, select, tuple_, update
+from sqlalchemy import ColumnElement, Connection, Select, Table, and_, insert, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.runs.config import worker_host_of
@@ -94,6 +94,82 @@ def default_title(prompt: str | None, fallback: str = "Untitled run") -> str:
     return fallback
 
 
+def build_run_row(
+    now: dt.datetime,
+    *,
+    team_id: str,
+    prompt: str,
+    title: str | None,
+    agent_config: Mapping[str, Any],
+    source: str,
+    creator: Creator,
+    metadata: Mapping[str, str] | None,
+    factory_uid: str | None = None,
+    automation_id: str | None = None,
+    webhook_uid: str | None = None,
+    delivery_id: str | None = None,
+    worker_host: str | None = None,
+    conversation_id: str | None = None,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    """The attribute values of a new QUEUED run (``Run(**row)``), without touching a session.
+
+    Lets a caller that creates many runs at once insert them with one statement (:func:`insert_runs`).
+    """
+    config = dict(agent_config)
+    host = worker_host if worker_host is not None else config.get("worker_host")
+    fallback = str(config.get("skill_spec") or "Untitled run")
+    return {
+        "run_id": ids.new_id(ids.RUN),
+        "team_id": team_id,
+        "title": (title.strip() if title and title.strip() else default_title(prompt, fallback))[:500],
+        "prompt": prompt,
+        "state": RunState.QUEUED.value,
+        "created_at": now,
+        "updated_at": now,
+        "queued_at": now,
+        "agent_config": config,
+        "config_name": _short(config.get("name")),
+        "model_id": _short(config.get("model_id")),
+        "source": source,
+        "creator_type": creator.type,
+        "creator_uid": creator.uid,
+        "creator_display_name": creator.display_name,
+        "run_metadata": dict(metadata or {}),
+        "factory_uid": factory_uid,
+        "automation_id": automation_id,
+        "webhook_uid": webhook_uid,
+        "delivery_id": delivery_id,
+        "conversation_id": conversation_id,
+        "parent_run_id": parent_run_id,
+        "worker_host": worker_host_of(host if isinstance(host, str) else None),
+        "attempt": 0,
+        "cancel_requested": False,
+    }
+
+
+_RUNS: Table = Run.__table__  # type: ignore[assignment]
+_ATTACHMENTS: Table = RunAttachment.__table__  # type: ignore[assignment]
+_RUN_COLUMN_KEYS = {attr.key: attr.columns[0].key for attr in Run.__mapper__.column_attrs}
+
+
+def insert_runs(conn: Connection, runs: Sequence[tuple[Mapping[str, Any], Sequence[NewAttachment]]]) -> None:
+    """Insert runs built by :func:`build_run_row`, each with its attachments: one executemany per table
+    (unique-index violations raise here). ``conn`` is a synchronous Core connection."""
+    if not runs:
+        return
+    conn.execute(
+        insert(_RUNS), [{_RUN_COLUMN_KEYS[key]: value for key, value in row.items()} for row, _ in runs]
+    )
+    attachments = [
+        {"run_id": row["run_id"], "file_name": a.file_name, "mime_type": a.mime_type, "data": a.data}
+        for row, atts in runs
+        for a in atts
+    ]
+    if attachments:
+        conn.execute(insert(_ATTACHMENTS), attachments)
+
+
 async def create_run(
     session: AsyncSession,
     clock: Clock,
@@ -119,36 +195,24 @@ async def create_run(
     ``worker_host`` None takes ``agent_config["worker_host"]``; None, ``""`` and ``"warp"`` are
     stored as ``""`` (service-hosted). ``title`` None or blank defaults to the prompt's first line.
     """
-    now = clock.now()
-    config = dict(agent_config)
-    host = worker_host if worker_host is not None else config.get("worker_host")
-    fallback = str(config.get("skill_spec") or "Untitled run")
     run = Run(
-        run_id=ids.new_id(ids.RUN),
-        team_id=team_id,
-        title=(title.strip() if title and title.strip() else default_title(prompt, fallback))[:500],
-        prompt=prompt,
-        state=RunState.QUEUED.value,
-        created_at=now,
-        updated_at=now,
-        queued_at=now,
-        agent_config=config,
-        config_name=_short(config.get("name")),
-        model_id=_short(config.get("model_id")),
-        source=source,
-        creator_type=creator.type,
-        creator_uid=creator.uid,
-        creator_display_name=creator.display_name,
-        run_metadata=dict(metadata or {}),
-        factory_uid=factory_uid,
-        automation_id=automation_id,
-        webhook_uid=webhook_uid,
-        delivery_id=delivery_id,
-        conversation_id=conversation_id,
-        parent_run_id=parent_run_id,
-        worker_host=worker_host_of(host if isinstance(host, str) else None),
-        attempt=0,
-        cancel_requested=False,
+        **build_run_row(
+            clock.now(),
+            team_id=team_id,
+            prompt=prompt,
+            title=title,
+            agent_config=agent_config,
+            source=source,
+            creator=creator,
+            metadata=metadata,
+            factory_uid=factory_uid,
+            automation_id=automation_id,
+            webhook_uid=webhook_uid,
+            delivery_id=delivery_id,
+            worker_host=worker_host,
+            conversation_id=conversation_id,
+            parent_run_id=parent_run_id,
+        )
     )
     session.add(run)
     await session.flush()
