@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from api import ValidationFailed
-from api.ingress.signatures import SCHEMES, canonical_scheme, generate_standard_webhooks_secret
+from api.ingress.signatures import canonical_scheme, generate_standard_webhooks_secret
 from api.ingress.signatures import standard_webhooks_secret_ok as sw_secret_ok
 from api.management import fail_on, optional_string, unknown_fields
 from api.problems import field_error
 from store import secrets as secret_store
+from store.schemes import SCHEMES
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 HEADER_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,200}$")
