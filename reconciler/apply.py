@@ -164,6 +164,35 @@ class _Writer:
         self.assigned[(kind, name)] = uid
         return uid
 
+    async def _write(
+        self,
+        model: Any,
+        change: Change,
+        kind: str,
+        prefix: str,
+        name: str,
+        values: dict[str, Any],
+        **create: Any,
+    ) -> str:
+        """Update the stored row named by ``change`` or create a new one (minting its UID); return the UID."""
+        if change.action == "update":
+            assert change.uid is not None  # an update names a stored object
+            await self.session.execute(update(model).where(model.uid == change.uid).values(**values))
+            return change.uid
+        uid = self._mint(kind, name, prefix)
+        self.session.add(
+            model(
+                uid=uid,
+                team_id=self.team_id,
+                factory_uid=self.factory.uid,
+                name=name,
+                created_at=self.now,
+                **create,
+                **values,
+            )
+        )
+        return uid
+
     async def webhook(self, change: Change, spec: WebhookSpec | None) -> None:
         if change.action in ("delete", "replace"):
             uid = change.uid if change.action == "delete" else change.old_uid
@@ -180,21 +209,8 @@ class _Writer:
             spec_digest=digest(fields),
             updated_at=self.now,
         )
-        if change.action == "update":
-            await self.session.execute(update(Webhook).where(Webhook.uid == change.uid).values(**values))
-            return
-        uid = self._mint("webhook", spec.name, ids.WEBHOOK)
-        self.session.add(
-            Webhook(
-                uid=uid,
-                team_id=self.team_id,
-                factory_uid=self.factory.uid,
-                name=spec.name,
-                managed_by=MANAGED_BY,
-                created_at=self.now,
-                deleted_at=None,
-                **values,
-            )
+        await self._write(
+            Webhook, change, "webhook", ids.WEBHOOK, spec.name, values, managed_by=MANAGED_BY, deleted_at=None
         )
 
     async def environment(self, change: Change, spec: EnvironmentSpec | None) -> None:
@@ -209,22 +225,8 @@ class _Writer:
             "spec_digest": digest(spec.fields()),
             "updated_at": self.now,
         }
-        if change.action == "update":
-            await self.session.execute(
-                update(Environment).where(Environment.uid == change.uid).values(**values)
-            )
-            return
-        uid = self._mint("environment", spec.name, ids.ENVIRONMENT)
-        self.session.add(
-            Environment(
-                uid=uid,
-                team_id=self.team_id,
-                factory_uid=self.factory.uid,
-                name=spec.name,
-                managed_by=MANAGED_BY,
-                created_at=self.now,
-                **values,
-            )
+        await self._write(
+            Environment, change, "environment", ids.ENVIRONMENT, spec.name, values, managed_by=MANAGED_BY
         )
 
     async def automation(self, change: Change, spec: AutomationSpec | None) -> None:
@@ -241,22 +243,7 @@ class _Writer:
         values: dict[str, Any] = dict(
             fields, definition_path=spec.path, spec_digest=digest(fields), updated_at=self.now
         )
-        if change.action == "update":
-            assert change.uid is not None  # an update names a stored object
-            uid = change.uid
-            await self.session.execute(update(Automation).where(Automation.uid == uid).values(**values))
-        else:
-            uid = self._mint("automation", spec.name, ids.AUTOMATION)
-            self.session.add(
-                Automation(
-                    uid=uid,
-                    team_id=self.team_id,
-                    factory_uid=self.factory.uid,
-                    name=spec.name,
-                    created_at=self.now,
-                    **values,
-                )
-            )
+        uid = await self._write(Automation, change, "automation", ids.AUTOMATION, spec.name, values)
         self.routing += routing_rows(uid, spec)
 
 
