@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import aiohttp
 import pytest
 from cryptography.fernet import Fernet
+from serve_support import free_port, wait_ready
 from sqlalchemy import select
 
 from store import ids
@@ -36,9 +35,7 @@ TOKEN = "crash-test-token-value"
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()
 
 
 async def _seed(url: str, key: str) -> tuple[str, list[str]]:
@@ -90,19 +87,7 @@ def _start(data_dir: Path, port: int, env: dict[str, str], log: Path) -> subproc
 
 
 async def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 15
-    async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited early:\n{log.read_text()}")  # noqa: ASYNC240
-            try:
-                async with http.get(f"{base}/healthz") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"server did not start:\n{log.read_text()}")  # noqa: ASYNC240
+    await wait_ready(base, proc, log, seconds=15)
 
 
 async def _post(http: aiohttp.ClientSession, url: str, n: int) -> int | None:
