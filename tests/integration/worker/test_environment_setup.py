@@ -56,7 +56,7 @@ def gone(pid: int) -> bool:
     """True when the process has exited (a zombie awaiting its reaper counts as gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, possibly between open() and read()
         return True
     return stat[stat.rfind(")") + 2] in "ZX"
 

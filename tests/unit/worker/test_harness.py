@@ -38,7 +38,7 @@ class Recorder:
 def pid_alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, possibly between open() and read()
         return False
     return stat[stat.rfind(")") + 2] not in "ZX"
 
