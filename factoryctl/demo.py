@@ -16,6 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from factoryctl.cli import build_parser
 from factoryctl.context import CliContext
 from factoryctl.server import ADMIN_KEY_FILE, ServeOptions, bootstrap_admin_key, run_server
 from reconciler.loader import load
@@ -109,25 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nlist the runs it started (they complete through the echo harness):")
     print(f'  curl -sS {base}/api/v1/agent/runs -H "Authorization: Bearer $(cat {key_file})"')
     print("\nCtrl-C stops the server.\n", flush=True)
-    parsed = argparse.Namespace(
-        repo=str(work),
-        git=None,
-        branch="main",
-        poll_interval="30",
-        host=None,
-        port=args.port,
-        workers=None,
-        harness=None,
-        harness_command=None,
-        public_url=None,
-        delivery_rate_limit=None,
-        auth_failure_limit=None,
-        max_body_bytes=None,
-        delivery_retention_days=None,
-        delivery_retention_count=None,
-        skills_source=None,
-        team="default",
-    )
+    # The real `serve` parser supplies every default, so the demo cannot drift from the command.
+    parsed = build_parser().parse_args(["serve", "--repo", str(work), "--port", str(args.port)])
     return asyncio.run(run_server(ctx, ServeOptions.from_args(ctx, parsed)))
 
 
