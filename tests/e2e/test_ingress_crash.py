@@ -34,10 +34,6 @@ pytestmark = pytest.mark.slow
 TOKEN = "crash-test-token-value"
 
 
-def _free_port() -> int:
-    return free_port()
-
-
 async def _seed(url: str, key: str) -> tuple[str, list[str]]:
     """A factory with a token webhook and two automations (one filtered to even deliveries)."""
     engine = create_engine(url)
@@ -144,7 +140,7 @@ async def _scenario(tmp_path: Path) -> None:
     hook_uid, (all_uid, even_uid) = await _seed(url, key)
     env = {**os.environ, "FACTORY_SECRET_KEY": key, "FACTORY_DATA_DIR": str(data_dir)}
     env.pop("FACTORY_DATABASE_URL", None)
-    port, log = _free_port(), tmp_path / "serve.log"
+    port, log = free_port(), tmp_path / "serve.log"
     base = f"http://127.0.0.1:{port}"
     ingress_url = f"{base}/webhooks/w/{hook_uid}"
 

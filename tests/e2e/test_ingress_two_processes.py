@@ -29,10 +29,6 @@ pytestmark = pytest.mark.slow
 RATE_LIMIT = 60
 
 
-def _free_port() -> int:
-    return free_port()
-
-
 async def _seed(url: str, key: str) -> tuple[dict[str, str], str]:
     """Two token webhooks (``dedup`` with an automation, ``rate``); returns {name: uid}, automation uid."""
     engine = create_engine(url)
@@ -84,7 +80,7 @@ async def _scenario(tmp_path: Path, url: str) -> None:
     logs: list[Path] = []
     try:
         for i in range(2):
-            port, log = _free_port(), tmp_path / f"serve-{i}.log"
+            port, log = free_port(), tmp_path / f"serve-{i}.log"
             cmd = [sys.executable, "-m", "factoryctl.cli", "--data-dir", str(tmp_path / f"d{i}"), "serve"]
             cmd += ["--workers", "0", "--port", str(port), "--delivery-rate-limit", str(RATE_LIMIT)]
             with log.open("wb") as out:

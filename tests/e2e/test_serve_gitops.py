@@ -15,15 +15,10 @@ from typing import Any
 
 import git
 import pytest
+from serve_support import free_port
 
 pytestmark = pytest.mark.slow
 KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def env(**extra: str) -> dict[str, str]:

@@ -11,7 +11,6 @@ import json
 import os
 import pty
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,19 +21,13 @@ from typing import TypeVar
 
 import httpx
 import pytest
+from serve_support import free_port
 
 from api.client import FactoryClient
 
 pytestmark = pytest.mark.slow
 T = TypeVar("T")
 TEAM_TOKEN = "e2e-alerts-token-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def clean_env(data_dir: Path) -> dict[str, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,16 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from serve_support import free_port
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "factoryctl.cli"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -55,7 +48,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 def test_self_hosted_worker_executes_a_run_routed_to_its_host(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     serve_log = tmp_path / "serve.log"
     worker_log = tmp_path / "worker.log"
@@ -160,7 +153,7 @@ def test_worker_retries_while_the_server_is_down(tmp_path: Path) -> None:
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
         worker = subprocess.Popen(
-            [*CLI, "worker", "--server", f"http://127.0.0.1:{_free_port()}", "--host-id", "myhost"],
+            [*CLI, "worker", "--server", f"http://127.0.0.1:{free_port()}", "--host-id", "myhost"],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=_clean_env(FACTORY_API_KEY="fk_nothing"),
