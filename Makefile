@@ -27,6 +27,7 @@ test-unit: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check store reconciler api factoryctl schemas tests bench tools
 	$(BIN)/ruff format --check store reconciler api factoryctl schemas
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

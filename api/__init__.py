@@ -15,7 +15,7 @@ Exception tree (each maps to one problem+json response in :mod:`api.problems`)::
     ├── FeatureNotAvailable        501    feature_not_available
     └── ResourceUnavailable        503    resource_unavailable
 
-Store errors (:mod:`store`) are translated by the same middleware: NotFound -> 404, Conflict -> 409,
+Store errors (:mod:`store`) are translated by the same middleware: NotFound -> 404, WriteRefused -> 409,
 InvalidValue -> 422.
 """
 

@@ -27,6 +27,7 @@ from api.context import (
     ServerSettings,
 )
 from api.problems import problem_middleware
+from api.runs.claim_signal import CLAIM_SIGNAL, ClaimSignal
 from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
 from store.db import session_factory
@@ -39,7 +40,7 @@ ROUTE_MODULES: tuple[str, ...] = (
     "api.factories.reconcile",
     "api.management",
     "api.ingress.routes",
-    "api.workers.routes",
+    "api.claims.routes",
     "api.environments.routes",
 )
 
@@ -68,6 +69,7 @@ def create_app(
     app[BOX] = box
     app[REGISTRY] = registry
     app[RECONCILE] = ReconcileTrigger()
+    app[CLAIM_SIGNAL] = ClaimSignal()
     app[ops.LATENCY] = latency
     for name in route_modules:
         importlib.import_module(name).setup(app)

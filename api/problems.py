@@ -89,7 +89,7 @@ def _translate_store(exc: store.StoreError) -> ApiError:
 
     if isinstance(exc, store.NotFound):
         return ResourceNotFound(str(exc))
-    if isinstance(exc, store.Conflict):
+    if isinstance(exc, store.WriteRefused):
         return Conflict(str(exc))
     if isinstance(exc, store.InvalidValue):
         return ValidationFailed(str(exc))

@@ -37,8 +37,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.app import create_app
 from api.context import ServerSettings
-from api.runs.pagination import Cursor, encode_cursor, fingerprint, timestamp_key
-from api.runs.store import RunFilters
+from api.http.pagination import Cursor, encode_cursor, fingerprint, timestamp_key
+from api.runs.records import RunFilters
 from store import apikeys, ids
 from store.clock import SystemClock
 from store.crypto import SecretBox

@@ -9,7 +9,8 @@ secrets), whatever its size, and builds no ORM objects; writing touches only the
 
 What each change does:
 
-- webhook create: a new ``wh_`` UID; it captures its secret's current version (DESIGN §4.10).
+- webhook create: a new ``wh_`` UID; it captures its secret's current version (docs/reconcile.md, "Secret
+rotation").
 - webhook update: every definition field, the definition path and digest are rewritten, and the secret
   version is re-captured (a plain rotation is itself an update, shown as ``secret_version``).
 - webhook delete: soft delete (``deleted_at``) so the UID is never reused and ingress answers 404.

@@ -1,4 +1,4 @@
-"""Online checks: what only the store can tell (DESIGN 4 rule 5, seed 7.2).
+"""Online checks: what only the store can tell (docs/definitions.md, "Online checks").
 
 - ``secretName`` names an existing team secret (FC040);
 - a ``url_token`` secret's current value is URL-safe, ``[A-Za-z0-9._~-]+`` (FC041);

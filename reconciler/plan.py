@@ -2,15 +2,16 @@
 
 Pure code (no I/O): :func:`diff` compares a :class:`FactoryDefinition` with a :class:`StoreState`
 (read by :func:`reconciler.apply.read_state`) and returns a :class:`Plan`, which renders as the text
-of DESIGN §4 rule 8 or as stable JSON. The same plan object drives :func:`reconciler.apply.apply_plan`,
-so what ``plan`` prints is exactly what ``apply`` does.
+of docs/reconcile.md ("Plan output") or as stable JSON. The same plan object drives
+:func:`reconciler.apply.apply_plan`, so what ``plan`` prints is exactly what ``apply`` does.
 
 Identity: the factory is (team, ``name``); webhooks and environments are keyed by file stem and
 automations by directory name. A removed name and an added name whose specs are identical are shown
 as one ``-/+`` replace (a rename: new UID, and for webhooks a new URL).
 
 Secret values never appear: a webhook's ``secret_name`` change shows the names, and a newer version of
-its secret (a rotation not yet picked up, DESIGN §4.10) shows ``secret_version`` with version numbers.
+its secret (a rotation not yet picked up, docs/reconcile.md, "Secret rotation") shows ``secret_version``
+with version numbers.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
@@ -37,4 +38,11 @@ def registry() -> Registry[Any]:
     return Registry().with_resources(resources_)
 
 
-__all__ = ["BASE_URI", "NAMES", "load_schema", "registry"]
+@lru_cache(maxsize=16)
+def validator(name: str) -> Draft202012Validator:
+    """The compiled validator of schema ``name`` (built once per process), shared by the reconciler
+    and the environments API so both judge a definition by the same schema."""
+    return Draft202012Validator(load_schema(name), registry=registry())
+
+
+__all__ = ["BASE_URI", "NAMES", "load_schema", "registry", "validator"]

@@ -4,7 +4,7 @@ Exception tree::
 
     StoreError
     ├── NotFound          a row does not exist (or belongs to another team)
-    ├── Conflict          a uniqueness or state rule refused the write
+    ├── WriteRefused      a uniqueness or state rule refused the write
     ├── InvalidValue      a value the store refuses (e.g. a secret name or value)
     └── SecretKeyError    the encryption key is missing, malformed, or cannot decrypt a value
 
@@ -23,7 +23,7 @@ class NotFound(StoreError):
     pass
 
 
-class Conflict(StoreError):
+class WriteRefused(StoreError):
     pass
 
 
@@ -35,4 +35,4 @@ class SecretKeyError(StoreError):
     pass
 
 
-__all__ = ["Conflict", "InvalidValue", "NotFound", "SecretKeyError", "StoreError"]
+__all__ = ["InvalidValue", "NotFound", "SecretKeyError", "StoreError", "WriteRefused"]

@@ -156,7 +156,8 @@ class Webhook(Base):
     auth_mode: Mapped[str] = mapped_column(String(20))  # token | url_token | signature
     signature_scheme: Mapped[str | None] = mapped_column(String(40))
     secret_name: Mapped[str | None] = mapped_column(String(200))
-    # The secret version captured when the definition last applied (DESIGN 4.10); None: not yet supplied.
+    # The secret version captured when the definition last applied (docs/reconcile.md, "Secret rotation");
+    # None: not yet supplied.
     secret_version: Mapped[int | None] = mapped_column(Integer)
     delivery_id_header: Mapped[str | None] = mapped_column(String(200))
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
@@ -205,7 +206,7 @@ class AutomationWebhook(Base):
 
 
 class Environment(Base):
-    """A run environment (DESIGN 7a): repos to clone, setup commands, env, secrets by name."""
+    """A run environment (docs/agent-config.md): repos to clone, setup commands, env, secrets by name."""
 
     __tablename__ = "environments"
     __table_args__ = (UniqueConstraint("team_id", "name"),)
@@ -241,7 +242,8 @@ class ApplyRecord(Base):
 
 
 class Delivery(Base):
-    """One delivery log entry. ``delivery_id`` is the delivery's identity (DESIGN 5).
+    """One delivery log entry. ``delivery_id`` is the delivery's identity (docs/ingress.md, "Delivery
+    identity and duplicates").
 
     At most one *Accepted* entry per (webhook, delivery_id): the partial unique index is what
     decides duplicates (INSERT ... ON CONFLICT DO NOTHING), never a check-then-insert.

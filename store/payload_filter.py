@@ -1,4 +1,5 @@
-"""Payload filters of webhook triggers (DESIGN §5): validate once, compile once, match fast.
+"""Payload filters of webhook triggers (docs/ingress.md, "Payload filters"): validate once, compile once,
+match fast.
 
 A filter is a JSON object that mirrors the delivery body. Rules:
 

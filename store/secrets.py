@@ -1,8 +1,8 @@
 """Team secrets: versioned, encrypted at rest, values write-only to callers.
 
 Setting a secret adds a version; a webhook keeps using the version it captured when its
-definition last applied (DESIGN 4.10) until its next apply. Versions are kept so that the
-captured version still verifies until then.
+definition last applied (docs/reconcile.md, "Secret rotation") until its next apply. Versions are kept so
+that the captured version still verifies until then.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from store import Conflict, InvalidValue, NotFound, ids
+from store import InvalidValue, NotFound, WriteRefused, ids
 from store.clock import Clock
 from store.crypto import SecretBox
 from store.models import Secret, SecretVersion
@@ -67,7 +67,7 @@ async def create(
     check_name(name)
     check_value(value)
     if await get(session, team_id, name) is not None:
-        raise Conflict(f"secret {name!r} already exists")
+        raise WriteRefused(f"secret {name!r} already exists")
     now = clock.now()
     row = Secret(
         id=ids.new_id(ids.SECRET),

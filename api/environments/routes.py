@@ -16,13 +16,13 @@ from aiohttp import web
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+import schemas
 from api import Conflict, ResourceNotFound
 from api.auth import require
 from api.context import CLOCK, sessions
 from api.management import fail_on
 from api.problems import field_error, read_json_object
 from api.runs.prepare import find_environment
-from reconciler.schema_errors import validator
 from store import ids
 from store.clock import rfc3339
 from store.models import Environment, Secret
@@ -49,7 +49,9 @@ def environment_json(row: Environment) -> dict[str, Any]:
 def spec_errors(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """Field errors of an environment spec against ``schemas/environment.schema.json``."""
     errors = []
-    for error in sorted(validator("environment").iter_errors(spec), key=lambda e: list(e.absolute_path)):
+    for error in sorted(
+        schemas.validator("environment").iter_errors(spec), key=lambda e: list(e.absolute_path)
+    ):
         where = ".".join(str(p) for p in error.absolute_path) or "(body)"
         message = error.schema.get("errorMessage") if isinstance(error.schema, dict) else None
         errors.append(field_error(where, str(message or error.message)))

@@ -1,1 +1,2 @@
-"""The factory API (DESIGN §7): discover factories, create API-managed ones, dispatch work to a foreman."""
+"""The factory API (docs/api.md, "Factories"): discover factories, create API-managed ones, dispatch work
+to a foreman."""

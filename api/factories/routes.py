@@ -1,4 +1,5 @@
-"""Factory endpoints (DESIGN §7): list and get factories, create API-managed ones, dispatch to a foreman.
+"""Factory endpoints (docs/api.md, "Factories"): list and get factories, create API-managed ones, dispatch
+to a foreman.
 
 Reads need ``member``; creating a factory needs ``admin``. A factory of another team is a 404.
 Dispatch (``POST /factory/{uid}/runs``) starts a FACTORY-sourced run for the factory's ``foreman``
@@ -18,14 +19,14 @@ from api import BadRequest, Conflict, ResourceNotFound, ValidationFailed
 from api.auth import require
 from api.context import CLOCK, SETTINGS, sessions
 from api.factories.serialize import factory_detail_json, factory_json
+from api.http.pagination import Cursor, InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
 from api.problems import field_error, read_json_object
-from api.runs import store as runs
+from api.runs import records as runs
+from api.runs.claim_signal import wake_claimers
 from api.runs.config import resolve_config
-from api.runs.pagination import Cursor, InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_PROMPT, MAX_TITLE, validate_metadata
 from api.runs.routes import PREFIX, creator_of
-from api.workers import wake_claimers
 from store import ids
 from store.models import ApplyRecord, Automation, Factory, Webhook
 

@@ -1,4 +1,4 @@
-"""Factory, webhook, automation and apply-record rows as the wire objects of DESIGN §7."""
+"""Factory, webhook, automation and apply-record rows as the wire objects of docs/api.md, "Factories"."""
 
 from __future__ import annotations
 

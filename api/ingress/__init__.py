@@ -1,5 +1,11 @@
-"""Pure webhook-ingress policies (DESIGN §5): signature schemes, delivery identity, rate limits.
+"""Webhook ingress: ``POST /webhooks/w/{uid}`` from sender to committed runs (docs/ingress.md).
 
-Nothing here does I/O or knows about aiohttp or the store, so the HTTP handler, the store-backed
-counters, the CLI and the benchmarks all share one definition of what a valid delivery is.
+The HTTP handler (:mod:`~api.ingress.routes`) runs the checks cheapest-first over the pure policies —
+signature schemes (:mod:`~api.ingress.signatures`), delivery identity (:mod:`~api.ingress.identity`),
+rate-limit arithmetic (:mod:`~api.ingress.ratelimit`), the envelope (:mod:`~api.ingress.envelope`) —
+and the store-backed parts: cached webhook and filter lookups (:mod:`~api.ingress.lookup`), shared
+counters (:mod:`~api.ingress.counters`), the group-committing accept transaction
+(:mod:`~api.ingress.pipeline`, with :mod:`~api.ingress.direct` on SQLite) and log retention
+(:mod:`~api.ingress.retention`). The policies do no I/O, so tests, the CLI and the benchmarks share
+one definition of a valid delivery.
 """

@@ -1,4 +1,4 @@
-"""The platform envelope of a webhook-started run (DESIGN §5, seed §6.3).
+"""The platform envelope of a webhook-started run (docs/ingress.md, "The envelope").
 
 A run started by a delivery receives the automation's prompt followed by this envelope. The envelope
 names the webhook and the delivery, points at the attached ``event-payload.json`` as the request to act

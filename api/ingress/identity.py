@@ -1,4 +1,5 @@
-"""Delivery identity (DESIGN §5): the key that makes a sender's retries duplicates.
+"""Delivery identity (docs/ingress.md, "Delivery identity and duplicates"): the key that makes a sender's
+retries duplicates.
 
 The first present source wins: the webhook's ``deliveryIdHeader``; the signature scheme's provider
 delivery id (passed by the caller only for a verified signed delivery); ``X-Factory-Delivery-Id``;

@@ -31,7 +31,7 @@ from api.ingress import lookup
 from api.ingress.direct import DirectSqlite
 from api.ingress.envelope import PAYLOAD_FILE, PAYLOAD_MIME, run_prompt
 from api.runs.config import resolve_config
-from api.runs.store import Creator, NewAttachment, build_run_row, insert_runs
+from api.runs.records import Creator, NewAttachment, build_run_row, insert_runs
 from store.clock import Clock
 from store.models import Delivery
 
@@ -58,7 +58,7 @@ class Pending:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class Committed:
     """What the accept transaction committed for one delivery."""
 
     delivery_id: str
@@ -88,7 +88,7 @@ _ACCEPT = {dialect: _accept_statement(dialect) for dialect in ("sqlite", "postgr
 
 async def accept(
     session: AsyncSession, clock: Clock, batch: Sequence[Pending], filters: lookup.FilterCache
-) -> list[Outcome]:
+) -> list[Committed]:
     """Log each delivery as Accepted or Duplicate and start its runs, all in one committed transaction."""
     async with session.begin():
         conn = await session.connection()
@@ -97,7 +97,7 @@ async def accept(
 
 def accept_in(
     conn: Connection, clock: Clock, batch: Sequence[Pending], filters: lookup.FilterCache
-) -> list[Outcome]:
+) -> list[Committed]:
     """The statements of :func:`accept` inside the caller's transaction on a synchronous connection.
 
     One multi-row insert decides every delivery of the batch; within a batch, the first of several
@@ -137,7 +137,7 @@ def accept_in(
             runs = _start_runs(conn, now, batch, wanted)
     won_set = set(won)
     return [
-        Outcome(p.delivery_id, duplicate=i not in won_set, run_ids=runs.get(i, ()))
+        Committed(p.delivery_id, duplicate=i not in won_set, run_ids=runs.get(i, ()))
         for i, p in enumerate(batch)
     ]
 
@@ -259,13 +259,13 @@ class Writer:
         self._group_commit, self._max_batch = group_commit, max_batch
         self._direct = direct if group_commit else None
         self._lock = asyncio.Lock()
-        self._queue: asyncio.Queue[tuple[Pending, asyncio.Future[Outcome]] | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[Pending, asyncio.Future[Committed]] | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
 
-    async def accept(self, session: AsyncSession, pending: Pending) -> Outcome:
+    async def accept(self, session: AsyncSession, pending: Pending) -> Committed:
         if not self._group_commit:
             return (await accept(session, self._clock, [pending], self._filters))[0]
-        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((pending, future))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="ingress-group-commit")
@@ -310,14 +310,14 @@ class Writer:
                 batch.append(following)
             await self._commit(batch)
 
-    async def _accept(self, batch: list[Pending]) -> list[Outcome]:
+    async def _accept(self, batch: list[Pending]) -> list[Committed]:
         if self._direct is not None:
             clock, filters = self._clock, self._filters
             return await self._direct.write(lambda conn: accept_in(conn, clock, batch, filters))
         async with self._lock, self._sessions() as session:
             return await accept(session, self._clock, batch, self._filters)
 
-    async def _commit(self, batch: list[tuple[Pending, asyncio.Future[Outcome]]]) -> None:
+    async def _commit(self, batch: list[tuple[Pending, asyncio.Future[Committed]]]) -> None:
         try:
             outcomes = await self._accept([p for p, _ in batch])
         except Exception as exc:

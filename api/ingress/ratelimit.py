@@ -1,4 +1,4 @@
-"""Per-webhook rate limits (DESIGN §5): a sliding-window approximation over fixed windows.
+"""Per-webhook rate limits (docs/ingress.md, "Limits"): a sliding-window approximation over fixed windows.
 
 Storage keeps one integer per (key, window start) - cheap to upsert in ``rate_counters`` from any
 replica - and the policy weighs the previous window by how much of it still overlaps the sliding

@@ -14,11 +14,8 @@ nothing twice. The same job drops rate-counter windows that no limit reads any m
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import datetime as dt
 import logging
-from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 from sqlalchemy import delete, select
@@ -26,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.context import CLOCK, ENGINE, SETTINGS
 from api.ingress.counters import prune_counters
+from api.periodic import Lifecycle, periodic
 from store.models import Delivery
 
 log = logging.getLogger("factoryctl.ingress.retention")
@@ -73,27 +71,6 @@ async def run_once(app: web.Application) -> int:
     return removed
 
 
-def retention_job(
-    interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
-) -> Callable[[web.Application], AsyncIterator[None]]:
+def retention_job(interval_seconds: float = DEFAULT_INTERVAL_SECONDS) -> Lifecycle:
     """A ``cleanup_ctx`` lifecycle that prunes now and then every ``interval_seconds`` until shutdown."""
-
-    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(_loop(app, interval_seconds), name="delivery-retention")
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    return lifecycle
-
-
-async def _loop(app: web.Application, interval_seconds: float) -> None:
-    while True:
-        try:
-            await run_once(app)
-        except Exception:  # a failed pass (database briefly down) is retried on the next tick
-            log.exception("delivery retention pass failed")
-        await asyncio.sleep(interval_seconds)
+    return periodic("delivery-retention", interval_seconds, run_once, log=log)

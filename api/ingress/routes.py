@@ -1,4 +1,4 @@
-"""``POST /webhooks/w/{uid}`` and ``POST /webhooks/w/{uid}/{token}``: the webhook ingress (DESIGN §5).
+"""``POST /webhooks/w/{uid}`` and ``POST /webhooks/w/{uid}/{token}``: the webhook ingress (docs/ingress.md).
 
 Checks run cheapest-first, and nothing unauthenticated is read into memory:
 
@@ -38,6 +38,7 @@ from api.ingress.identity import FACTORY_DELIVERY_ID_HEADER, delivery_identity, 
 from api.ingress.lookup import FilterCache, SecretCache, WebhookRow, find_webhook
 from api.ingress.ratelimit import Decision, consume
 from api.ingress.signatures import bearer_token, token_matches, verify
+from api.runs.claim_signal import wake_claimers
 from store.clock import Clock
 from store.db import session_factory
 
@@ -170,9 +171,11 @@ async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession
         await _log(ingress, session, webhook, delivery_id, pipeline.REJECTED_JSON, len(raw), str(exc))
         raise BadRequest(f"body is not valid JSON: {exc}") from None
     # (10) Accept: log entry and runs in one transaction; 202 only after it committed.
-    outcome = await ingress.writer.accept(session, pipeline.Pending(webhook, delivery_id, raw, payload))
-    ingress.count("duplicate" if outcome.duplicate else "accepted")
-    return web.json_response({"delivery_id": outcome.delivery_id}, status=202)
+    committed = await ingress.writer.accept(session, pipeline.Pending(webhook, delivery_id, raw, payload))
+    ingress.count("duplicate" if committed.duplicate else "accepted")
+    if committed.run_ids:
+        wake_claimers(request.app)  # queued runs reach waiting workers now, not at their next poll
+    return web.json_response({"delivery_id": committed.delivery_id}, status=202)
 
 
 async def _find_webhook(ingress: Ingress, uid: str) -> WebhookRow | None:

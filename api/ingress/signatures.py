@@ -1,4 +1,5 @@
-"""Provider signature schemes for ``signature`` webhooks (DESIGN §5), as pure functions.
+"""Provider signature schemes for ``signature`` webhooks, as pure functions (docs/ingress.md,
+"Provider signatures").
 
 Every verifier works on the raw request bytes (never re-serialised JSON), compares MACs with
 :func:`hmac.compare_digest` and takes "now" from the caller, so tests can pin time. ``verify``
@@ -108,7 +109,8 @@ def sign(
 
 
 def standard_webhooks_secret_ok(secret: str) -> bool:
-    """True when ``secret`` is ``whsec_`` + strict base64 of 24-64 bytes (DESIGN §4 rule 5)."""
+    """True when ``secret`` is ``whsec_`` + strict base64 of 24-64 bytes (docs/definitions.md, "Online
+    checks")."""
     if not secret.startswith(_WHSEC):
         return False
     try:

@@ -1,4 +1,4 @@
-"""Management API (DESIGN §7, seed §4.4): webhooks, their delivery logs, test filters, team secrets and
+"""Management API (docs/management.md): webhooks, their delivery logs, test filters, team secrets and
 online validation of factory files for CI.
 
 Modules: :mod:`.webhooks` (create, list, get, enable/disable, rename, rotate, supply, delete),

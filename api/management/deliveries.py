@@ -1,4 +1,5 @@
-"""A webhook's delivery log, and "Test filter" against a stored delivery (DESIGN §5, §7; seed §4.4).
+"""A webhook's delivery log, and "Test filter" against a stored delivery (docs/management.md, "Delivery
+log" and "Test filter").
 
 The log is read newest first by its insertion sequence (``seq``), so pages are stable while deliveries
 keep arriving. Only Accepted entries store a payload; Duplicate and Rejected entries are metadata, and
@@ -25,11 +26,11 @@ from api import BadRequest, Conflict, ResourceNotFound
 from api.auth import require
 from api.context import sessions
 from api.factories.routes import load_factory
+from api.http.pagination import Cursor, InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
 from api.ingress.pipeline import ACCEPTED, STATUSES
 from api.management import PREFIX, fail_on, optional_string, read_body, unknown_fields
 from api.management.webhooks import load_webhook
 from api.problems import field_error
-from api.runs.pagination import Cursor, InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
 from store import payload_filter
 from store.clock import rfc3339
 from store.models import Automation, AutomationWebhook, Delivery, Run, Webhook

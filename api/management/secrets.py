@@ -1,8 +1,10 @@
-"""Team secrets over HTTP: ``GET/POST /api/v1/secrets``, ``PUT/DELETE /api/v1/secrets/{name}`` (DESIGN §7).
+"""Team secrets over HTTP: ``GET/POST /api/v1/secrets``, ``PUT/DELETE /api/v1/secrets/{name}``
+(docs/management.md, "Team secrets").
 
 Values are write-only: no response carries one, except a value the service generated (``value``
 omitted, or ``generate: true``), which is returned once. Setting a value adds a version; webhooks keep
-verifying with the version they captured until they next apply (DESIGN §4.10), so responses name the
+verifying with the version they captured until they next apply (docs/reconcile.md, "Secret rotation"), so
+responses name the
 webhooks (``used_by``, as ``<factory>/<webhook>``) that use the secret. A secret a live webhook uses
 cannot be deleted (409 naming them): deleting it would make those webhooks reject every delivery.
 """

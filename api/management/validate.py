@@ -1,7 +1,7 @@
 """``POST /api/v1/factory-files/validate``: the full online validation of a factory's files, for CI.
 
-The checks live in ``reconciler`` and ``api`` never imports it (DESIGN §2), so the composition root puts
-an async callable under :data:`VALIDATOR`; it gets a session, the caller's team and the files, and
+The checks live in ``reconciler`` and ``api`` never imports it (docs/architecture.md), so the composition
+root puts an async callable under :data:`VALIDATOR`; it gets a session, the caller's team and the files, and
 returns the same JSON report as ``factoryctl validate --server --format json``. Without one the
 endpoint answers 501 (the route always exists: ``create_app`` adds routes before the caller can set keys).
 

@@ -1,6 +1,7 @@
 """Webhook request rules, as pure functions (no I/O): names, auth modes, schemes and secret shapes.
 
-A secret must fit the webhook that uses it (DESIGN §4 rule 5): a ``url_token`` secret travels in the
+A secret must fit the webhook that uses it (docs/definitions.md, "Online checks"): a ``url_token`` secret
+travels in the
 URL, so it must be URL-safe (``[A-Za-z0-9._~-]+``); a Standard Webhooks secret is ``whsec_`` + base64 of
 24-64 bytes. The service generates ``token``/``url_token`` secrets and, when left blank, Standard
 Webhooks ones; other providers issue their own (given at creation, in a second step, or on rotation).
@@ -46,7 +47,7 @@ def suggested_secret_name(name: str) -> str:
 
 
 def secret_problem(auth_mode: str, scheme: str | None, value: str) -> str | None:
-    """Why ``value`` cannot be this webhook's secret (DESIGN §4 rule 5), or None."""
+    """Why ``value`` cannot be this webhook's secret (docs/definitions.md, "Online checks"), or None."""
     if auth_mode == URL_TOKEN and not secret_store.URL_SAFE_RE.match(value):
         return "is not URL-safe: a url_token secret may only hold A-Z, a-z, 0-9, '.', '_', '~' and '-'"
     if scheme == "standard_webhooks" and not sw_secret_ok(value):

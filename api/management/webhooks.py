@@ -1,4 +1,4 @@
-"""Webhook management under ``/api/v1/factory/{uid}/webhooks`` (DESIGN §7, seed §2.4, §3, §4.4).
+"""Webhook management under ``/api/v1/factory/{uid}/webhooks`` (docs/management.md, "Webhooks").
 
 Every webhook secret is a team secret, referenced by name; a webhook verifies with the secret *version*
 it captured (``Webhook.secret_version``), so the ingress reads one immutable value per request and a
@@ -6,9 +6,10 @@ rotation is a version move. Who moves it:
 
 - API-managed factory: rotating moves the webhook to the new version at once (old value dead, no
   overlap); supplying a provider secret later captures it; re-enabling re-captures the current version.
-- definitions-managed factory (DESIGN §4.10): rotating gives the team secret a new version, and the
-  webhook keeps its captured one until its definition next applies; toggling ``enabled`` off and on
-  is such an apply. Creating, renaming and deleting are refused (409): the repository owns them.
+- definitions-managed factory (docs/reconcile.md, "Secret rotation"): rotating gives the team secret a
+  new version, and the webhook keeps its captured one until its definition next applies; toggling
+  ``enabled`` off and on is such an apply. Creating, renaming and deleting are refused (409): the
+  repository owns them.
 
 Disabling or deleting takes effect on the very next delivery (ingress reads the row every time);
 deleting is a soft delete so the UID, and any automation selecting it, stay visible but never fire.
@@ -28,6 +29,7 @@ from api.auth import require
 from api.context import BOX, CLOCK, SETTINGS, sessions
 from api.factories.routes import load_factory
 from api.factories.serialize import webhook_json
+from api.http.pagination import Cursor, InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
 from api.management import PREFIX, fail_on, optional_string, read_body, read_optional_json, unknown_fields
 from api.management.webhook_rules import (
     MAX_WEBHOOKS,
@@ -41,7 +43,6 @@ from api.management.webhook_rules import (
     suggested_secret_name,
 )
 from api.problems import field_error
-from api.runs.pagination import Cursor, InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
 from store import ids
 from store import secrets as secret_store
 from store.models import Factory, Webhook
@@ -237,7 +238,8 @@ async def patch_webhook(request: web.Request) -> web.Response:
         if isinstance(enabled, bool) and enabled != row.enabled:
             row.enabled, changed = enabled, True
             if enabled and row.secret_name is not None:
-                # Re-enabling re-applies the webhook: it captures its secret's current version (DESIGN §4.10).
+                # Re-enabling re-applies the webhook: it captures its secret's current version
+                # (docs/reconcile.md, "Secret rotation").
                 secret = await secret_store.get(session, who.team_id, row.secret_name)
                 if secret is not None:
                     row.secret_version = secret.current_version

@@ -1,4 +1,4 @@
-"""AmbientAgentConfig: resolution across layers and validation of what callers send (DESIGN §7a).
+"""AmbientAgentConfig: resolution across layers and validation of what callers send (docs/agent-config.md).
 
 Resolution is key by key: the run request's ``config`` wins over the automation's ``config``, which
 wins over the factory agent's defaults (``factory.yaml`` ``agents.<name>``), which win over server

@@ -1,6 +1,6 @@
 """Checks and resolution a resolved AmbientAgentConfig needs from the store before a run is created.
 
-:func:`finalize_config` is what makes every key mean something at creation time (DESIGN §7a): the
+:func:`finalize_config` is what makes every key mean something at creation time (docs/agent-config.md): the
 skill is resolved (its body stored on the run under the private key :data:`SKILL_KEY`, its name
 filling ``config.name`` when none was given), the environment must exist in the team, and every
 ``secret:NAME`` reference (in MCP ``env``/``headers`` values and in the environment's ``secrets``)

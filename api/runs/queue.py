@@ -35,7 +35,7 @@ from api.runs.states import (
     RunState,
     transition,
 )
-from store import Conflict, NotFound
+from store import NotFound, WriteRefused
 from store.clock import Clock
 from store.models import Run, RunFollowup, RunLog
 
@@ -45,7 +45,7 @@ REPORT_EVENTS: dict[str, RunEvent] = {state.value: event for state, event in WOR
 LOG_STREAMS = ("stdout", "stderr", "system")
 
 
-class LeaseLost(Conflict):
+class NotLeaseHolder(WriteRefused):
     """The caller does not hold the run's lease (never did, it lapsed, or the run finished)."""
 
 
@@ -143,7 +143,7 @@ async def _locked_run(session: AsyncSession, run_id: str, team_id: str | None) -
 
 def _require_lease(run: Run, owner: str) -> None:
     if run.lease_owner != owner or RunState(run.state) not in LEASED:
-        raise LeaseLost(f"run {run.run_id} is {run.state} and its lease is not held by this worker")
+        raise NotLeaseHolder(f"run {run.run_id} is {run.state} and its lease is not held by this worker")
 
 
 async def pending_followups(session: AsyncSession, clock: Clock, run_id: str) -> list[RunFollowup]:
@@ -176,7 +176,7 @@ async def heartbeat(
 
     Answers whether cancellation was requested and hands over pending follow-ups (once). A claimed
     run cancelled before it started ends CANCELLED on ``start``: the answer then has that state and
-    ``cancel_requested`` True, and the worker must not execute it. Raises :class:`LeaseLost` when
+    ``cancel_requested`` True, and the worker must not execute it. Raises :class:`NotLeaseHolder` when
     ``owner`` does not hold the run's lease.
     """
     run = await _locked_run(session, run_id, team_id)
@@ -206,7 +206,7 @@ async def report_state(
 ) -> Run:
     """Apply a worker's state report through the state machine.
 
-    Raises :class:`LeaseLost` for a non-owner, :class:`api.runs.states.IllegalTransition` for a
+    Raises :class:`NotLeaseHolder` for a non-owner, :class:`api.runs.states.IllegalTransition` for a
     report the state machine refuses, and ValueError for a state a worker may not report.
     """
     event = REPORT_EVENTS.get(state)
@@ -301,7 +301,7 @@ async def append_logs(
         if row is None:
             raise NotFound(f"run {run_id} does not exist")
         if row.lease_owner != owner or RunState(row.state) not in LEASED:
-            raise LeaseLost(f"run {run_id} is {row.state} and its lease is not held by this worker")
+            raise NotLeaseHolder(f"run {run_id} is {row.state} and its lease is not held by this worker")
     if not lines:
         return 0
     now = clock.now()

@@ -19,8 +19,8 @@ from multidict import MultiMapping
 
 from api import BadRequest, PayloadTooLarge, ValidationFailed
 from api.runs.config import validate_config, validate_skill_spec
+from api.runs.records import NewAttachment, RunFilters
 from api.runs.states import RunState
-from api.runs.store import NewAttachment, RunFilters
 
 SOURCES = ("API", "CLI", "CUSTOM_WEBHOOK", "FACTORY")
 SORT_BY = ("updated_at", "created_at", "title")

@@ -1,6 +1,7 @@
-"""The Run API over HTTP (DESIGN §6): create, list, get, follow up, cancel, logs; plus the OpenAPI document.
+"""The Run API over HTTP (docs/api.md, "Runs"): create, list, get, follow up, cancel, logs; plus the
+OpenAPI document.
 
-Handlers parse and authorise, then call :mod:`api.runs.store` inside one transaction per request;
+Handlers parse and authorise, then call :mod:`api.runs.records` inside one transaction per request;
 after a commit that queued a run they wake this process's waiting claimers. Runs need the
 ``member`` role (admins included); worker keys get 403 here.
 """
@@ -17,15 +18,15 @@ from aiohttp import web
 from api import BadRequest, Conflict, ValidationFailed
 from api.auth import require
 from api.context import CLOCK, SETTINGS, sessions
+from api.http.pagination import InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
 from api.problems import field_error, read_json_object
-from api.runs import store as runs
+from api.runs import records as runs
+from api.runs.claim_signal import wake_claimers
 from api.runs.config import resolve_config
-from api.runs.pagination import InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_ATTACHMENTS, MAX_PROMPT, parse_list_query, parse_run_request
 from api.runs.serialize import followup_item, log_line, run_item
 from api.runs.states import IllegalTransition, RunState
-from api.workers import wake_claimers
 from store import NotFound
 from store.apikeys import Principal
 

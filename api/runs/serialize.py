@@ -1,4 +1,4 @@
-"""Run rows as the wire's RunItem (DESIGN §6): the same shape from the list and the single GET."""
+"""Run rows as the wire's RunItem (docs/api.md, "Runs"): the same shape from the list and the single GET."""
 
 from __future__ import annotations
 

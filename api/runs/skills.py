@@ -1,4 +1,5 @@
-"""Skill resolution (DESIGN §7a): ``owner/repo:skill-name`` or ``owner/repo:path/to/SKILL.md`` → body.
+"""Skill resolution: ``owner/repo:skill-name`` or ``owner/repo:path/to/SKILL.md`` → body
+(docs/agent-config.md, "Skills").
 
 Repositories come from the server's ``--skills-source`` template (``{owner}`` and ``{repo}`` are
 substituted): a local directory is read in place (a bare repository is cloned like a URL); a git

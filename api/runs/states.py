@@ -1,4 +1,5 @@
-"""The one run state machine (DESIGN §6): every state change of a run is decided here, nowhere else.
+"""The one run state machine (docs/api.md, "Run states"): every state change of a run is decided here,
+nowhere else.
 
 Pure and table-driven: :data:`_TABLE` lists every allowed (state, event) pair; :data:`_WHEN_CANCELLING`
 lists how a pending cancel (``cancel_requested``) changes some of them; every other pair is refused with

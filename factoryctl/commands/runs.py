@@ -1,4 +1,4 @@
-"""``factoryctl runs create|list|get|followup|cancel|logs``: the Run API over HTTP (:mod:`api.client`).
+"""``factoryctl runs create|list|get|followup|cancel|logs``: the Run API over HTTP (:mod:`factoryctl.client`).
 
 The server comes from ``--server`` (else ``FACTORY_API_URL``, else http://127.0.0.1:8080) and the key
 from ``FACTORY_API_KEY``. Requests carry ``X-Factory-Source: CLI`` so runs record their source.
@@ -17,8 +17,15 @@ from typing import Any
 
 import httpx
 
-from api.client import APIConnectionError, APIError, APIStatusError, Attachment, FactoryClient, RawResponse
 from factoryctl import __version__
+from factoryctl.client import (
+    APIConnectionError,
+    APIError,
+    APIStatusError,
+    Attachment,
+    FactoryClient,
+    RawResponse,
+)
 from factoryctl.context import CliContext
 
 STATES = (

@@ -5,8 +5,8 @@ alone on the last line of stdout), or, on a terminal with neither flag, a hidden
 the caller supplied is never printed. ``list`` shows names, versions and timestamps only.
 
 ``set`` adds a version: webhooks keep verifying with the version they captured until their
-definition next applies (DESIGN §4.10), so ``set`` names the webhooks that will pick it up then.
-``delete`` refuses while a live webhook references the secret, unless ``--force``.
+definition next applies (docs/reconcile.md, "Secret rotation"), so ``set`` names the webhooks that will
+pick it up then. ``delete`` refuses while a live webhook references the secret, unless ``--force``.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def register(sub: Any) -> None:
 
 
 def _serve(ctx: CliContext, args: argparse.Namespace) -> int:
-    from factoryctl.server import ServeOptions, run_server
+    from factoryctl.serve.process import ServeOptions, run_server
 
     try:
         options = ServeOptions.from_args(ctx, args)

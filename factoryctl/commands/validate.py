@@ -51,8 +51,8 @@ def register(sub: Any) -> None:  # argparse subparsers
 
 def _remote(ctx: CliContext, args: argparse.Namespace) -> int:
     """``--server``: the server runs the full validation (POST /api/v1/factory-files/validate)."""
-    from api.client import APIError
-    from api.client.files import validate_remote
+    from factoryctl.client import APIError
+    from factoryctl.client.files import validate_remote
 
     fmt = args.format or ("github" if ctx.env.get("GITHUB_ACTIONS") == "true" else "text")
     server, key = ctx.api_url(args.server), ctx.api_key()

@@ -1,6 +1,6 @@
 """``factoryctl webhooks|deliveries|automations ...``: webhook management over the HTTP API.
 
-Built on the typed client (:mod:`api.client`). The server comes from ``--server`` (else
+Built on the typed client (:mod:`factoryctl.client`). The server comes from ``--server`` (else
 ``FACTORY_API_URL``, else http://127.0.0.1:8080) and the key from ``FACTORY_API_KEY``.
 
 Output: ``--format json`` prints the API's JSON object unchanged (lists as ``{"webhooks": [...]}`` /
@@ -22,7 +22,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from api.client import (
+from factoryctl import __version__
+from factoryctl.client import (
     APIConnectionError,
     APIError,
     APIStatusError,
@@ -32,7 +33,6 @@ from api.client import (
     Webhook,
     WebhookWithSecret,
 )
-from factoryctl import __version__
 from factoryctl.context import CliContext
 
 AUTH_MODES = ("token", "url_token", "signature")

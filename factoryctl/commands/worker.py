@@ -44,8 +44,8 @@ def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
     if not host_id or host_id == "warp":
         print("error: --host-id must name this worker (not empty, not 'warp')", file=sys.stderr)
         return 2
-    from api.worker.agent import RemoteWorker
-    from api.workers.execution import scrubbed_environment
+    from factoryctl.worker.agent import RemoteWorker
+    from factoryctl.worker.execution import scrubbed_environment
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     worker = RemoteWorker(

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from serve_support import free_port
 
-from api.client import FactoryClient
+from factoryctl.client import FactoryClient
 
 pytestmark = pytest.mark.slow
 T = TypeVar("T")
@@ -306,7 +306,7 @@ def test_tables_use_rich_on_a_terminal(server: Server) -> None:
 
 
 def test_validate_remote_against_serve(server: Server, tmp_path: Path) -> None:
-    from api.client.files import validate_remote
+    from factoryctl.client.files import validate_remote
 
     broken = tmp_path / "broken"
     (broken / "webhooks").mkdir(parents=True)

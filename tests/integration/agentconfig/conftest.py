@@ -17,9 +17,10 @@ from aiohttp.test_utils import TestClient
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import ROUTE_MODULES, create_app
+from api.claims.reaper import lease_reaper
 from api.context import ServerSettings
-from api.workers import wake_claimers
-from api.workers.service import service_workers
+from api.runs.claim_signal import wake_claimers
+from factoryctl.serve.local_workers import service_workers
 from store import apikeys, ids
 from store import secrets as secret_store
 from store.clock import SystemClock
@@ -120,11 +121,11 @@ async def ctx(
     commit(repos / "acme" / "app", {"README.md": "app\n", "src/main.py": "print(1)\n"})
     dumps = tmp_path / "dumps"
     env = {"PATH": "/usr/bin:/bin", "DUMP_DIR": str(dumps)}
-    lifecycle = service_workers(
-        1, "command", DUMP, tmp_path / "ws", harness_env=env, heartbeat_seconds=0.2, reap_interval_seconds=0.5
-    )
+    lifecycle = service_workers(1, "command", DUMP, tmp_path / "ws", harness_env=env, heartbeat_seconds=0.2)
     settings = ServerSettings(data_dir=tmp_path / "data", skills_source=str(repos / "{owner}" / "{repo}"))
-    app = create_app(settings, engine, box, lifecycles=[lifecycle], route_modules=ROUTE_MODULES)
+    app = create_app(
+        settings, engine, box, lifecycles=[lifecycle, lease_reaper(0.5)], route_modules=ROUTE_MODULES
+    )
     client = await aiohttp_client(app)
     async with sessions() as s, s.begin():
         team = await ensure_team(s, "default")

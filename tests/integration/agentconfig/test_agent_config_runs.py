@@ -1,5 +1,5 @@
-"""Agent configuration end to end (DESIGN §7a): every key changes what the harness receives, and a bad
-value is a 422 at creation or a FAILED run with a precise message. Runs go through the HTTP API and an
+"""Agent configuration end to end (docs/agent-config.md): every key changes what the harness receives, and
+a bad value is a 422 at creation or a FAILED run with a precise message. Runs go through the HTTP API and an
 in-process service worker whose ``command`` harness dumps what it received."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Webhook-started runs get their skill (DESIGN §7a): ingress stores only the spec, the claim resolves
-the body, and the harness receives base prompt, skill, prompt and envelope in that order. A skill
+"""Webhook-started runs get their skill (docs/agent-config.md): ingress stores only the spec, the claim
+resolves the body, and the harness receives base prompt, skill, prompt and envelope in that order. A skill
 that cannot be resolved at claim time ends the run FAILED ``skill_unavailable`` instead of hanging."""
 
 from __future__ import annotations

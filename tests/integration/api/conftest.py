@@ -95,10 +95,10 @@ SeedRun = Callable[..., Awaitable[str]]
 def seed_run(sessions: async_sessionmaker[AsyncSession]) -> SeedRun:
     """``await seed_run(team="default", clock=None, prompt=..., **columns)`` -> run id.
 
-    Inserts a run through :func:`api.runs.store.create_run` (optionally at a ManualClock's time),
+    Inserts a run through :func:`api.runs.records.create_run` (optionally at a ManualClock's time),
     then overwrites any given Run columns (``state``, ``factory_uid``...) directly, as a worker would.
     """
-    from api.runs.store import Creator, create_run
+    from api.runs.records import Creator, create_run
 
     async def seed(
         *,

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from api.app import ROUTE_MODULES, create_app
 from api.context import ServerSettings
 from api.management.validate import VALIDATOR
-from factoryctl.validation_service import make_validator
+from factoryctl.serve.validation import make_validator
 from store import apikeys, ids
 from store.clock import SystemClock
 from store.crypto import SecretBox

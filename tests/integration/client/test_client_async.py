@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from live_servers import LiveServer, unique
 
-from api.client import (
+from factoryctl.client import (
     AsyncFactoryClient,
     AuthenticationError,
     ConflictError,

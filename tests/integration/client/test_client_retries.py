@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 from live_servers import ThreadedApp
 
-from api.client import (
+from factoryctl.client import (
     APIConnectionError,
     APIResponseValidationError,
     APITimeoutError,

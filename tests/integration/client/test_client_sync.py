@@ -10,7 +10,7 @@ import httpx
 import pytest
 from live_servers import LiveServer, unique
 
-from api.client import (
+from factoryctl.client import (
     Attachment,
     AuthenticationError,
     BadRequestError,
@@ -24,7 +24,7 @@ from api.client import (
     UnprocessableEntityError,
     WebhookWithSecret,
 )
-from api.client.files import validate_remote
+from factoryctl.client.files import validate_remote
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The ingress status table (DESIGN §5) over real HTTP, on SQLite and PostgreSQL."""
+"""The ingress status table (docs/ingress.md, "Responses") over real HTTP, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.app import ROUTE_MODULES, create_app
 from api.context import ServerSettings
 from api.management.validate import VALIDATOR
-from factoryctl.validation_service import make_validator
+from factoryctl.serve.validation import make_validator
 from store.crypto import SecretBox
 
 if TYPE_CHECKING:

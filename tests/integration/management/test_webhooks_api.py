@@ -362,7 +362,7 @@ async def test_definitions_managed_rotation_applies_on_next_apply(mgmt: Mgmt) ->
     assert (await stored(mgmt, hook["uid"])).secret_version == 2
 
 
-# --- end to end through ingress (seed §3, §4.4) ---------------------------------------------------
+# --- end to end through ingress (docs/management.md) ---------------------------------------------------
 
 
 async def post(mgmt: Mgmt, url: str, body: object, headers: dict[str, str] | None = None) -> int:

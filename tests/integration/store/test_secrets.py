@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from store import Conflict, InvalidValue, NotFound
+from store import InvalidValue, NotFound, WriteRefused
 from store import secrets as secret_store
 from store.models import SecretVersion
 from store.teams import ensure_team
@@ -32,7 +32,7 @@ async def test_errors(sessions, box, clock) -> None:
     async with sessions() as s:
         team = await ensure_team(s)
         await secret_store.create(s, box, clock, team.id, "a", "x")
-        with pytest.raises(Conflict):
+        with pytest.raises(WriteRefused):
             await secret_store.create(s, box, clock, team.id, "a", "y")
         with pytest.raises(InvalidValue):
             await secret_store.create(s, box, clock, team.id, "bad name!", "y")

@@ -9,8 +9,8 @@ from typing import Any
 import git
 import pytest
 
-from api.worker import EnvironmentSetupFailed
-from api.worker.environment import (
+from factoryctl.worker import EnvironmentSetupFailed
+from factoryctl.worker.environment import (
     display_url,
     prepare_environment,
     repo_destination,

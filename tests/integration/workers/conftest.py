@@ -1,7 +1,7 @@
 """Fixtures for worker tests: runs inserted through the store, keys per role, the real app.
 
 ``new_run(worker_host="", prompt=..., team="default", clock=None, agent_config=None,
-attachments=())`` queues a run with :func:`api.runs.store.create_run` and returns its id.
+attachments=())`` queues a run with :func:`api.runs.records.create_run` and returns its id.
 ``worker_app(lifecycles=(), **settings)`` builds the app with the run and worker routes.
 """
 
@@ -18,14 +18,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import Lifecycle, create_app
 from api.context import ServerSettings
-from api.runs.store import Creator, NewAttachment, create_run
+from api.runs.records import Creator, NewAttachment, create_run
 from store import apikeys
 from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
 from store.models import Run
 from store.teams import ensure_team
 
-ROUTES = ("api.ops", "api.runs.routes", "api.workers.routes")
+ROUTES = ("api.ops", "api.runs.routes", "api.claims.routes")
 NewRun = Callable[..., Awaitable[str]]
 MakeKey = Callable[..., Awaitable[str]]
 

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import func, select
 
 from api.runs import queue
-from api.runs import store as runs
+from api.runs import records as runs
 from api.runs.states import IllegalTransition
 from store.clock import ManualClock
 from store.models import Run
@@ -147,7 +147,7 @@ async def test_claimed_but_unstarted_run_goes_back_to_queued_keeping_its_place(
     assert await claim(sessions, clock, [""], owner="w2") == old  # ahead of the newer run
     assert (await get_run(old)).attempt == 2
     assert await claim(sessions, clock, [""], owner="w2") == newer
-    with pytest.raises(queue.LeaseLost):  # the first owner cannot come back
+    with pytest.raises(queue.NotLeaseHolder):  # the first owner cannot come back
         await beat(sessions, clock, old, owner="crashed")
 
 
@@ -168,7 +168,7 @@ async def test_in_progress_run_whose_lease_lapses_ends_error_retryable(sessions,
     assert run.status_message["retryable"] is True
     assert run.finished_at == clock.now()
     assert await reap(sessions, clock) == 0
-    with pytest.raises(queue.LeaseLost):
+    with pytest.raises(queue.NotLeaseHolder):
         await report(sessions, clock, run_id, "SUCCEEDED")
 
 
@@ -208,7 +208,7 @@ async def test_state_reports_go_through_the_state_machine(sessions, new_run, get
     clock = ManualClock()
     run_id = await new_run(clock=clock)
     await claim(sessions, clock, [""])
-    with pytest.raises(queue.LeaseLost):
+    with pytest.raises(queue.NotLeaseHolder):
         await report(sessions, clock, run_id, "INPROGRESS", owner="intruder")
     assert await report(sessions, clock, run_id, "INPROGRESS") == "INPROGRESS"
     clock.advance(3)
@@ -217,7 +217,7 @@ async def test_state_reports_go_through_the_state_machine(sessions, new_run, get
     assert run.finished_at == clock.now() and run.updated_at == clock.now()
     assert (run.lease_owner, run.lease_expires_at) == (None, None)
     assert run.status_message == {"message": "done"}
-    with pytest.raises(queue.LeaseLost):  # a finished run has no lease any more
+    with pytest.raises(queue.NotLeaseHolder):  # a finished run has no lease any more
         await report(sessions, clock, run_id, "FAILED")
     with pytest.raises(ValueError):
         await report(sessions, clock, run_id, "QUEUED")
@@ -249,7 +249,7 @@ async def test_claimed_run_cancelled_before_it_starts_never_runs(sessions, new_r
     assert (hb.state, hb.cancel_requested) == ("CANCELLED", True)
     run = await get_run(run_id)
     assert (run.state, run.started_at, run.lease_owner) == ("CANCELLED", None, None)
-    with pytest.raises(queue.LeaseLost):
+    with pytest.raises(queue.NotLeaseHolder):
         await beat(sessions, clock, run_id)
 
 
@@ -281,7 +281,7 @@ async def test_blocked_run_releases_its_lease(sessions, new_run, get_run) -> Non
     assert (run.lease_owner, run.lease_expires_at, run.finished_at) == (None, None, None)
     clock.advance(LEASE + 1)
     assert await reap(sessions, clock) == 0  # nothing to lapse: no worker holds it
-    with pytest.raises(queue.LeaseLost):
+    with pytest.raises(queue.NotLeaseHolder):
         await beat(sessions, clock, run_id)
 
 
@@ -291,7 +291,7 @@ async def test_logs_only_from_the_lease_holder(sessions, new_run) -> None:
     await claim(sessions, clock, [""])
     async with sessions() as s, s.begin():
         assert await queue.append_logs(s, clock, run_id, [("stdout", "a"), ("stderr", "b")], owner="w1") == 2
-    with pytest.raises(queue.LeaseLost):
+    with pytest.raises(queue.NotLeaseHolder):
         async with sessions() as s, s.begin():
             await queue.append_logs(s, clock, run_id, [("stdout", "x")], owner="intruder")
     async with sessions() as s:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from api.workers import wake_claimers
-from api.workers.service import service_workers
+from api.claims.reaper import lease_reaper
+from api.runs.claim_signal import wake_claimers
+from factoryctl.serve.local_workers import service_workers
 
 RUNS = "/api/v1/agent/runs"
 
@@ -15,10 +16,8 @@ def auth(key: str) -> dict[str, str]:
 
 
 async def start(aiohttp_client, worker_app, tmp_path, harness="echo", command=None, n=1, **settings):
-    lifecycle = service_workers(
-        n, harness, command, tmp_path / "ws", heartbeat_seconds=0.2, reap_interval_seconds=0.2
-    )
-    app = worker_app(lifecycles=[lifecycle], **settings)
+    lifecycle = service_workers(n, harness, command, tmp_path / "ws", heartbeat_seconds=0.2)
+    app = worker_app(lifecycles=[lifecycle, lease_reaper(0.2)], **settings)
     return app, await aiohttp_client(app)
 
 
@@ -135,7 +134,7 @@ async def test_agents_do_not_inherit_the_workers_credentials(
 ) -> None:
     import os
 
-    from api.workers.execution import scrubbed_environment
+    from factoryctl.worker.execution import scrubbed_environment
 
     env = scrubbed_environment(
         {"PATH": os.environ["PATH"], "FACTORY_API_KEY": "fk_x", "FACTORY_SECRET_KEY": "k"}

@@ -6,8 +6,8 @@ import asyncio
 import base64
 import time
 
-from api.runs.store import NewAttachment
-from api.workers import wake_claimers
+from api.runs.claim_signal import wake_claimers
+from api.runs.records import NewAttachment
 
 CLAIM = "/api/v1/workers/claim"
 
@@ -200,7 +200,7 @@ async def test_long_poll_wakes_when_a_run_arrives(aiohttp_client, worker_app, ma
 async def test_remote_worker_executes_and_honours_cancel(
     aiohttp_client, worker_app, make_key, new_run, wait_state, tmp_path
 ) -> None:
-    from api.worker.agent import RemoteWorker
+    from factoryctl.worker.agent import RemoteWorker
 
     app, client = await setup_client(aiohttp_client, worker_app, lease_seconds=1.5, claim_wait_max_seconds=1)
     key = await make_key("worker", worker_hosts=["myhost"])

@@ -1,7 +1,7 @@
-"""Self-hosted workers and a run's team secrets and skill (DESIGN §7a).
+"""Self-hosted workers and a run's team secrets and skill (docs/agent-config.md).
 
 ``POST /workers/runs/{id}/secrets`` hands the lease holder exactly the secrets its run references;
-the self-hosted worker (:class:`api.worker.agent.RemoteWorker`) uses it so environment and MCP
+the self-hosted worker (:class:`factoryctl.worker.agent.RemoteWorker`) uses it so environment and MCP
 secrets reach the harness, redacted from the run log. Runs created without a resolved skill get it
 when claimed over HTTP too.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.workers import wake_claimers
+from api.runs.claim_signal import wake_claimers
 from store import ids
 from store import secrets as secret_store
 from store.clock import SystemClock
@@ -187,7 +187,7 @@ async def test_remote_worker_injects_environment_and_mcp_secrets_and_redacts_the
     box: SecretBox,
     tmp_path: Path,
 ) -> None:
-    from api.worker.agent import RemoteWorker
+    from factoryctl.worker.agent import RemoteWorker
 
     app = worker_app(lease_seconds=3, claim_wait_max_seconds=1)
     client = await aiohttp_client(app)

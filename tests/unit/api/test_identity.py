@@ -1,4 +1,5 @@
-"""Delivery identity: which id a delivery is deduplicated under (DESIGN §5, first present wins)."""
+"""Delivery identity: which id a delivery is deduplicated under (docs/ingress.md, "Delivery identity and
+duplicates": first present wins)."""
 
 from __future__ import annotations
 

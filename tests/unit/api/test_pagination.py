@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from api.runs.pagination import (
+from api.http.pagination import (
     Cursor,
     InvalidCursor,
     decode_cursor,

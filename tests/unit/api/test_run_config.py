@@ -1,4 +1,4 @@
-"""AmbientAgentConfig resolution order and validation (DESIGN §7a)."""
+"""AmbientAgentConfig resolution order and validation (docs/agent-config.md)."""
 
 from __future__ import annotations
 

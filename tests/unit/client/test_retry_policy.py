@@ -7,9 +7,9 @@ import email.utils
 import httpx
 import pytest
 
-from api.client import Run, WebhookWithSecret, parse_retry_after, retry_delay
-from api.client._transport import error_is_retryable, status_is_retryable
-from api.client.errors import (
+from factoryctl.client import Run, WebhookWithSecret, parse_retry_after, retry_delay
+from factoryctl.client._transport import error_is_retryable, status_is_retryable
+from factoryctl.client.errors import (
     APIStatusError,
     ConflictError,
     InternalServerError,

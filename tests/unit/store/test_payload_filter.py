@@ -1,5 +1,5 @@
-"""Payload filter semantics (DESIGN §5): examples for every rule, definition errors, explanations, and a
-property test against a deliberately plain recursive reference evaluator."""
+"""Payload filter semantics (docs/ingress.md, "Payload filters"): examples for every rule, definition
+errors, explanations, and a property test against a deliberately plain recursive reference evaluator."""
 
 from __future__ import annotations
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from api.worker import HarnessError
-from api.worker.harness import CommandHarness, EchoHarness, harness_for
-from api.worker.job import Job, Outcome
-from api.worker.workspace import PROMPT_FILE, RESULT_FILE
+from factoryctl.worker import HarnessError
+from factoryctl.worker.harness import CommandHarness, EchoHarness, harness_for
+from factoryctl.worker.job import Job, Outcome
+from factoryctl.worker.workspace import PROMPT_FILE, RESULT_FILE
 
 PY = sys.executable
 

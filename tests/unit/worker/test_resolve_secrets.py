@@ -6,10 +6,10 @@ from collections.abc import Mapping
 
 import pytest
 
-from api.worker import EnvironmentSetupFailed
-from api.worker.harness import RedactingEmitter
-from api.worker.job import Job
-from api.worker.resolve import RemoteSecrets, resolve_claim
+from factoryctl.worker import EnvironmentSetupFailed
+from factoryctl.worker.harness import RedactingEmitter
+from factoryctl.worker.job import Job
+from factoryctl.worker.resolve import RemoteSecrets, resolve_claim
 
 CLAIM = {
     "run_id": "run_1",

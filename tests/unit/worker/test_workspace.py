@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from api.worker import InvalidClaim, WorkspaceError
-from api.worker.job import Attachment, Job, Outcome, assemble_prompt, redact
-from api.worker.workspace import (
+from factoryctl.worker import InvalidClaim, WorkspaceError
+from factoryctl.worker.job import Attachment, Job, Outcome, assemble_prompt, redact
+from factoryctl.worker.workspace import (
     MCP_CONFIG_FILE,
     PROMPT_FILE,
     attachment_names,

@@ -1,0 +1,212 @@
+"""The claim answer: what a worker receives with a run, the same in-process and over HTTP.
+
+Shape (read by :meth:`factoryctl.worker.job.Job.from_claim` from ``run``)::
+
+    {"run": {run_id, title, prompt, base_prompt?, skill_body?, environment?, agent_config, model_id,
+             attachments: [{file_name, mime_type, data (base64)}], followups: [{followup_id, message, mode}],
+             attempt, worker_host, lease_expires_at, conversation_id, parent_run_id, metadata},
+     "lease_seconds": 30}
+
+Follow-ups still pending at claim time (sent before the run started, or the ones that re-queued
+a finished run as a continuation) are appended to the prompt, since a freshly started harness
+has no other way to see them, and are marked delivered.
+
+``skill_body`` is the SKILL.md body resolved at run creation; ``environment`` is the run's
+environment spec with team secrets as *names* (``secret_refs``), or ``{"error": ...}`` when it was
+deleted since. Secret values never travel in the claim: the worker resolves them
+(:mod:`factoryctl.worker.resolve`), a self-hosted one through ``POST /workers/runs/{id}/secrets``, which
+answers only the names :func:`run_secret_names` computes from the stored run.
+
+Runs created without a resolved skill (webhook-started runs: ingress stays free of git I/O) get
+theirs at claim time, in :func:`complete_claim`, *after* the claim's transaction so a slow clone
+never holds the database write lock. The body is then stored on the run, so a retried attempt sees
+the same skill; a skill that cannot be resolved ends the run FAILED ``skill_unavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any, cast
+
+from aiohttp import web
+from sqlalchemy import CursorResult, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api.context import SETTINGS
+from api.runs.prepare import (
+    SKILL_KEY,
+    SKILLS,
+    find_environment,
+    mcp_secret_refs,
+    public_config,
+    skill_repositories,
+    with_skill,
+)
+from api.runs.queue import NotLeaseHolder, pending_followups, report_state
+from api.runs.skills import SkillResolver, SkillUnavailable
+from api.runs.states import LEASED, IllegalTransition
+from store import NotFound
+from store.clock import Clock, rfc3339
+from store.models import Run, RunAttachment, RunFollowup
+
+SKILL_UNAVAILABLE = "skill_unavailable"
+
+
+def followup_json(row: RunFollowup) -> dict[str, Any]:
+    return {"followup_id": row.id, "message": row.message, "mode": row.mode}
+
+
+def prompt_with_followups(prompt: str, followups: list[RunFollowup]) -> str:
+    parts = [prompt.rstrip("\n")] if prompt.strip() else []
+    parts.extend(f"## Follow-up\n\n{f.message.strip()}" for f in followups)
+    return "\n\n".join(parts)
+
+
+async def claim_payload(
+    session: AsyncSession, clock: Clock, run: Run, lease_seconds: float
+) -> dict[str, Any]:
+    """Build the claim answer for ``run`` (in the claim's transaction)."""
+    attachments = (
+        await session.scalars(
+            select(RunAttachment).where(RunAttachment.run_id == run.run_id).order_by(RunAttachment.file_name)
+        )
+    ).all()
+    followups = await pending_followups(session, clock, run.run_id)
+    config = public_config(run.agent_config)
+    body: dict[str, Any] = {
+        "run_id": run.run_id,
+        "title": run.title,
+        "prompt": prompt_with_followups(run.prompt, followups),
+        "agent_config": config,
+        "model_id": run.model_id,
+        "attachments": [
+            {
+                "file_name": a.file_name,
+                "mime_type": a.mime_type,
+                "data": base64.b64encode(a.data).decode("ascii"),
+            }
+            for a in attachments
+        ],
+        "followups": [followup_json(f) for f in followups],
+        "attempt": run.attempt,
+        "worker_host": run.worker_host or None,
+        "lease_expires_at": rfc3339(run.lease_expires_at),
+        "conversation_id": run.conversation_id,
+        "parent_run_id": run.parent_run_id,
+        "metadata": dict(run.run_metadata or {}),
+    }
+    base_prompt = config.get("base_prompt")
+    if isinstance(base_prompt, str) and base_prompt.strip():
+        body["base_prompt"] = base_prompt
+    skill = (run.agent_config or {}).get(SKILL_KEY)
+    if isinstance(skill, dict) and isinstance(skill.get("body"), str):
+        body["skill_body"] = skill["body"]
+    env_id = config.get("environment_id")
+    if isinstance(env_id, str) and env_id:
+        body["environment"] = await environment_payload(session, run.team_id, env_id)
+    return {"run": body, "lease_seconds": lease_seconds}
+
+
+async def environment_payload(session: AsyncSession, team_id: str, environment_id: str) -> dict[str, Any]:
+    """The environment as a worker prepares it; secrets by name only (``secret_refs``)."""
+    row = await find_environment(session, team_id, environment_id)
+    if row is None:
+        return {"error": f"environment {environment_id!r} no longer exists"}
+    spec = row.spec or {}
+    out: dict[str, Any] = {
+        "name": row.name,
+        "repos": list(spec.get("repos") or []),
+        "setup": list(spec.get("setup") or []),
+        "env": dict(spec.get("env") or {}),
+        "secret_refs": [n for n in spec.get("secrets") or [] if isinstance(n, str)],
+    }
+    timeout = spec.get("setupTimeoutSeconds", spec.get("setup_timeout_seconds"))
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+        out["setup_timeout_seconds"] = timeout
+    return out
+
+
+def skill_resolver(app: web.Application) -> SkillResolver:
+    """The app's skill resolver (installed by the run routes), or one built from the settings."""
+    resolver = app.get(SKILLS)
+    if resolver is None:
+        settings = app[SETTINGS]
+        resolver = SkillResolver(settings.skills_source, settings.data_dir / "skills-cache")
+    return resolver
+
+
+async def complete_claim(
+    sessions: async_sessionmaker[AsyncSession],
+    clock: Clock,
+    resolver: SkillResolver,
+    payload: dict[str, Any],
+    *,
+    owner: str,
+) -> dict[str, Any] | None:
+    """Resolve a skill the run was created without; call after the claim's transaction committed.
+
+    Returns the payload (with ``skill_body``), or None when the run cannot be handed out: the skill
+    is unavailable (the run is then FAILED ``skill_unavailable``) or ``owner`` lost the lease.
+    """
+    run = payload["run"]
+    config = run.get("agent_config") or {}
+    spec = config.get("skill_spec")
+    if not isinstance(spec, str) or not spec or "skill_body" in run:
+        return payload
+    run_id = str(run["run_id"])
+    async with sessions() as session:
+        row = (
+            await session.execute(select(Run.team_id, Run.agent_config).where(Run.run_id == run_id))
+        ).one_or_none()
+        if row is None:
+            return None
+        team_id, stored = row
+        repos = await skill_repositories(session, team_id)
+    try:  # no session is open meanwhile: a clone may take a while
+        skill = await asyncio.to_thread(resolver.resolve, spec, repos=repos)
+    except SkillUnavailable as exc:
+        await _fail_claimed(sessions, clock, run_id, owner, spec, str(exc))
+        return None
+    updated = with_skill(stored or {}, skill)
+    async with sessions() as session, session.begin():
+        stmt = (
+            update(Run)
+            .where(Run.run_id == run_id, Run.lease_owner == owner, Run.state.in_([s.value for s in LEASED]))
+            .values(agent_config=updated, config_name=str(updated["name"])[:200])
+            .execution_options(synchronize_session=False)
+        )
+        result = cast(CursorResult[Any], await session.execute(stmt))
+        if result.rowcount != 1:  # the lease lapsed or the run was cancelled meanwhile
+            return None
+    run["skill_body"] = skill.body
+    run["agent_config"] = public_config(updated)
+    return payload
+
+
+async def _fail_claimed(
+    sessions: async_sessionmaker[AsyncSession], clock: Clock, run_id: str, owner: str, spec: str, problem: str
+) -> None:
+    message = {
+        "message": f"the skill {spec!r} could not be resolved when the run was claimed: {problem}",
+        "error_code": SKILL_UNAVAILABLE,
+        "retryable": False,
+    }
+    try:
+        async with sessions() as session, session.begin():
+            await report_state(session, clock, run_id, owner=owner, state="FAILED", status_message=message)
+    except (NotLeaseHolder, IllegalTransition, NotFound):
+        pass  # the run moved on (cancelled, reaped): nothing is left to fail
+
+
+async def run_secret_names(session: AsyncSession, run: Run) -> list[str]:
+    """Every team secret the run references: its MCP ``secret:NAME`` values and its environment's
+    ``secrets`` (as the environment is now). Computed from the store, never from a request."""
+    config = run.agent_config or {}
+    names = {name for _field, name in mcp_secret_refs(config.get("mcp_servers"))}
+    env_id = config.get("environment_id")
+    if isinstance(env_id, str) and env_id:
+        environment = await find_environment(session, run.team_id, env_id)
+        if environment is not None:
+            names.update(n for n in (environment.spec or {}).get("secrets") or [] if isinstance(n, str))
+    return sorted(names)

@@ -1,0 +1,44 @@
+"""Periodic background jobs as app lifecycles: one implementation for every "every N seconds" task.
+
+A job runs once at start-up and then every ``interval_seconds`` until the app stops; a failing
+tick is logged and retried on the next one (the database may be briefly down), and on shutdown
+the task is cancelled and awaited, so no job outlives the app (docs/architecture.md, "Rules the
+code keeps").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+
+Lifecycle = Callable[[web.Application], AsyncIterator[None]]
+Tick = Callable[[web.Application], Awaitable[object]]
+
+
+def periodic(name: str, interval_seconds: float, tick: Tick, *, log: logging.Logger) -> Lifecycle:
+    """A ``cleanup_ctx`` lifecycle calling ``tick(app)`` now and then every ``interval_seconds``."""
+    if interval_seconds <= 0:
+        raise ValueError("interval_seconds must be positive")
+
+    async def loop(app: web.Application) -> None:
+        while True:
+            try:
+                await tick(app)
+            except Exception:  # retried on the next tick
+                log.exception("%s failed; retrying in %gs", name, interval_seconds)
+            await asyncio.sleep(interval_seconds)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(loop(app), name=name)
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return lifecycle

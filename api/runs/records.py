@@ -1,0 +1,405 @@
+"""Run store functions: create, read, list (keyset), cancel, follow up. The caller owns the session.
+
+Every state change goes through :func:`api.runs.states.transition` (via :func:`apply_event`) and
+bumps ``updated_at``. Reads and writes are always scoped to a team: another team's run is
+:class:`store.NotFound`, exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Select, Table, and_, insert, or_, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.http.pagination import Cursor, InvalidCursor, parse_timestamp_key, timestamp_key
+from api.runs.config import worker_host_of
+from api.runs.states import TERMINAL, RunEvent, RunState, Transition, transition
+from store import NotFound, ids
+from store.clock import Clock
+from store.models import Run, RunAttachment, RunFollowup, RunLog
+
+TITLE_MAX = 80
+SORT_COLUMNS = {"updated_at": Run.updated_at, "created_at": Run.created_at, "title": Run.title}
+
+
+@dataclass(frozen=True)
+class Creator:
+    """Who started a run: ``user`` or ``service_account`` (API keys), with a stable uid."""
+
+    type: str
+    uid: str
+    display_name: str | None = None
+
+
+@dataclass(frozen=True)
+class NewAttachment:
+    file_name: str
+    mime_type: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """The list filters of ``GET /agent/runs``; all given filters must hold (AND)."""
+
+    states: tuple[str, ...] = ()
+    config_name: str | None = None
+    model_id: str | None = None
+    creator: str | None = None
+    source: str | None = None
+    created_after: dt.datetime | None = None
+    created_before: dt.datetime | None = None
+    updated_after: dt.datetime | None = None
+    factory_uid: str | None = None
+    automation_id: str | None = None
+    q: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        """The filters as plain values, for cursor fingerprints."""
+        out: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if isinstance(value, dt.datetime):
+                value = timestamp_key(value)
+            if value not in (None, ()):
+                out[name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+@dataclass(frozen=True)
+class PageRequest:
+    limit: int = 20
+    sort_by: str = "updated_at"
+    sort_order: str = "desc"
+    after: Cursor | None = None
+
+
+@dataclass
+class RunPage:
+    runs: list[Run]
+    next_position: Cursor | None  # where the next page starts; None on the last page
+    attachments: dict[str, list[str]] = field(default_factory=dict)
+
+
+def default_title(prompt: str | None, fallback: str = "Untitled run") -> str:
+    """The first non-empty line of the prompt, at most 80 characters."""
+    for line in (prompt or "").splitlines():
+        line = line.strip()
+        if line:
+            return line if len(line) <= TITLE_MAX else line[: TITLE_MAX - 1].rstrip() + "…"
+    return fallback
+
+
+def build_run_row(
+    now: dt.datetime,
+    *,
+    team_id: str,
+    prompt: str,
+    title: str | None,
+    agent_config: Mapping[str, Any],
+    source: str,
+    creator: Creator,
+    metadata: Mapping[str, str] | None,
+    factory_uid: str | None = None,
+    automation_id: str | None = None,
+    webhook_uid: str | None = None,
+    delivery_id: str | None = None,
+    worker_host: str | None = None,
+    conversation_id: str | None = None,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    """The attribute values of a new QUEUED run (``Run(**row)``), without touching a session.
+
+    Lets a caller that creates many runs at once insert them with one statement (:func:`insert_runs`).
+    """
+    config = dict(agent_config)
+    host = worker_host if worker_host is not None else config.get("worker_host")
+    fallback = str(config.get("skill_spec") or "Untitled run")
+    return {
+        "run_id": ids.new_id(ids.RUN),
+        "team_id": team_id,
+        "title": (title.strip() if title and title.strip() else default_title(prompt, fallback))[:500],
+        "prompt": prompt,
+        "state": RunState.QUEUED.value,
+        "created_at": now,
+        "updated_at": now,
+        "queued_at": now,
+        "agent_config": config,
+        "config_name": _short(config.get("name")),
+        "model_id": _short(config.get("model_id")),
+        "source": source,
+        "creator_type": creator.type,
+        "creator_uid": creator.uid,
+        "creator_display_name": creator.display_name,
+        "run_metadata": dict(metadata or {}),
+        "factory_uid": factory_uid,
+        "automation_id": automation_id,
+        "webhook_uid": webhook_uid,
+        "delivery_id": delivery_id,
+        "conversation_id": conversation_id,
+        "parent_run_id": parent_run_id,
+        "worker_host": worker_host_of(host if isinstance(host, str) else None),
+        "attempt": 0,
+        "cancel_requested": False,
+    }
+
+
+_RUNS: Table = Run.__table__  # type: ignore[assignment]
+_ATTACHMENTS: Table = RunAttachment.__table__  # type: ignore[assignment]
+_RUN_COLUMN_KEYS = {attr.key: attr.columns[0].key for attr in Run.__mapper__.column_attrs}
+
+
+def insert_runs(conn: Connection, runs: Sequence[tuple[Mapping[str, Any], Sequence[NewAttachment]]]) -> None:
+    """Insert runs built by :func:`build_run_row`, each with its attachments: one executemany per table
+    (unique-index violations raise here). ``conn`` is a synchronous Core connection."""
+    if not runs:
+        return
+    conn.execute(
+        insert(_RUNS), [{_RUN_COLUMN_KEYS[key]: value for key, value in row.items()} for row, _ in runs]
+    )
+    attachments = [
+        {"run_id": row["run_id"], "file_name": a.file_name, "mime_type": a.mime_type, "data": a.data}
+        for row, atts in runs
+        for a in atts
+    ]
+    if attachments:
+        conn.execute(insert(_ATTACHMENTS), attachments)
+
+
+async def create_run(
+    session: AsyncSession,
+    clock: Clock,
+    *,
+    team_id: str,
+    prompt: str,
+    title: str | None,
+    agent_config: Mapping[str, Any],
+    source: str,
+    creator: Creator,
+    metadata: Mapping[str, str] | None,
+    attachments: Sequence[NewAttachment],
+    factory_uid: str | None = None,
+    automation_id: str | None = None,
+    webhook_uid: str | None = None,
+    delivery_id: str | None = None,
+    worker_host: str | None = None,
+    conversation_id: str | None = None,
+    parent_run_id: str | None = None,
+) -> Run:
+    """Insert a QUEUED run with its attachments and flush (unique-index violations raise here).
+
+    ``worker_host`` None takes ``agent_config["worker_host"]``; None, ``""`` and ``"warp"`` are
+    stored as ``""`` (service-hosted). ``title`` None or blank defaults to the prompt's first line.
+    """
+    run = Run(
+        **build_run_row(
+            clock.now(),
+            team_id=team_id,
+            prompt=prompt,
+            title=title,
+            agent_config=agent_config,
+            source=source,
+            creator=creator,
+            metadata=metadata,
+            factory_uid=factory_uid,
+            automation_id=automation_id,
+            webhook_uid=webhook_uid,
+            delivery_id=delivery_id,
+            worker_host=worker_host,
+            conversation_id=conversation_id,
+            parent_run_id=parent_run_id,
+        )
+    )
+    session.add(run)
+    await session.flush()
+    for att in attachments:
+        session.add(
+            RunAttachment(run_id=run.run_id, file_name=att.file_name, mime_type=att.mime_type, data=att.data)
+        )
+    if attachments:
+        await session.flush()
+    return run
+
+
+def _short(value: Any) -> str | None:
+    return value[:200] if isinstance(value, str) and value else None
+
+
+async def get_run(session: AsyncSession, team_id: str, run_id: str, *, for_update: bool = False) -> Run:
+    """The team's run, or NotFound (also for another team's run).
+
+    ``for_update`` locks the run until the transaction ends: ``SELECT ... FOR UPDATE`` on
+    PostgreSQL; on SQLite a no-op UPDATE first takes the database write lock, so the read cannot go
+    stale before the change is written (the same rule as :mod:`api.runs.queue`).
+    """
+    conds = (Run.run_id == run_id, Run.team_id == team_id)
+    stmt = select(Run).where(*conds)
+    if for_update:
+        if session.get_bind().dialect.name == "sqlite":
+            await session.execute(
+                update(Run)
+                .where(*conds)
+                .values(updated_at=Run.updated_at)
+                .execution_options(synchronize_session=False)
+            )
+        else:
+            stmt = stmt.with_for_update()
+        stmt = stmt.execution_options(populate_existing=True)
+    run = (await session.execute(stmt)).scalar_one_or_none()
+    if run is None:
+        raise NotFound(f"run {run_id} does not exist")
+    return run
+
+
+def apply_event(run: Run, event: RunEvent, now: dt.datetime) -> Transition:
+    """Move ``run`` by ``event`` through the state machine (raises IllegalTransition) and stamp it."""
+    result = transition(RunState(run.state), event, cancel_requested=run.cancel_requested)
+    run.state = result.to.value
+    run.cancel_requested = result.cancel_requested
+    if result.status_message is not None:
+        run.status_message = dict(result.status_message)
+    if result.to in TERMINAL:
+        run.finished_at = now
+        run.lease_owner = None
+        run.lease_expires_at = None
+    run.updated_at = now
+    return result
+
+
+async def cancel_run(session: AsyncSession, clock: Clock, team_id: str, run_id: str) -> Run:
+    """QUEUED/PENDING/BLOCKED runs cancel at once; CLAIMED/INPROGRESS ones get ``cancel_requested``.
+
+    A terminal run raises :class:`api.runs.states.IllegalTransition` (``invalid_request``).
+    """
+    run = await get_run(session, team_id, run_id, for_update=True)
+    apply_event(run, RunEvent.CANCEL, clock.now())
+    await session.flush()
+    return run
+
+
+async def add_followup(
+    session: AsyncSession, clock: Clock, team_id: str, run_id: str, message: str, mode: str | None
+) -> tuple[RunFollowup, str]:
+    """Store a follow-up; returns it and the outcome the state machine decided.
+
+    ``delivered``: the run is CLAIMED or INPROGRESS; the worker's next heartbeat receives it.
+    ``queued``: the run has not been claimed; the follow-up goes out with the claim.
+    ``requeued``: the run was BLOCKED or finished; it goes back to QUEUED as a continuation
+    (times, status message and lease cleared; ``attempt`` counts claims, so the next claim bumps
+    it) and the follow-up travels with the next claim. A CANCELLED run, or one being cancelled, raises
+    :class:`api.runs.states.IllegalTransition` (``conflict``).
+    """
+    run = await get_run(session, team_id, run_id, for_update=True)
+    now = clock.now()
+    result = apply_event(run, RunEvent.FOLLOWUP, now)
+    outcome = result.followup or "queued"
+    if outcome == "requeued":
+        run.queued_at = now
+        run.started_at = None
+        run.finished_at = None
+        run.status_message = None
+        run.lease_owner = None
+        run.lease_expires_at = None
+    followup = RunFollowup(
+        id=ids.new_id(ids.FOLLOWUP),
+        run_id=run.run_id,
+        message=message,
+        mode=mode,
+        outcome=outcome,
+        created_at=now,
+        delivered_at=None,
+    )
+    session.add(followup)
+    await session.flush()
+    return followup, outcome
+
+
+def _filtered(team_id: str, filters: RunFilters) -> Select[Run]:
+    conds: list[ColumnElement[bool]] = [Run.team_id == team_id]
+    if filters.states:
+        conds.append(
+            Run.state == filters.states[0] if len(filters.states) == 1 else Run.state.in_(filters.states)
+        )
+    for column, value in (
+        (Run.config_name, filters.config_name),
+        (Run.model_id, filters.model_id),
+        (Run.creator_uid, filters.creator),
+        (Run.source, filters.source),
+        (Run.factory_uid, filters.factory_uid),
+        (Run.automation_id, filters.automation_id),
+    ):
+        if value is not None:
+            conds.append(column == value)
+    if filters.created_after is not None:
+        conds.append(Run.created_at > filters.created_after)
+    if filters.created_before is not None:
+        conds.append(Run.created_at < filters.created_before)
+    if filters.updated_after is not None:
+        conds.append(Run.updated_at > filters.updated_after)
+    if filters.q:
+        conds.append(
+            or_(
+                Run.title.icontains(filters.q, autoescape=True),
+                Run.prompt.icontains(filters.q, autoescape=True),
+            )
+        )
+    return select(Run).where(and_(*conds))
+
+
+async def list_runs(session: AsyncSession, team_id: str, filters: RunFilters, page: PageRequest) -> RunPage:
+    """One page of the team's runs, ordered by (sort key, run_id); raises InvalidCursor."""
+    column = SORT_COLUMNS[page.sort_by]
+    descending = page.sort_order == "desc"
+    stmt = _filtered(team_id, filters)
+    if page.after is not None:
+        value: Any = page.after.value
+        if page.sort_by != "title":
+            value = parse_timestamp_key(value)
+        elif value is None:
+            raise InvalidCursor("cursor is not valid for a title sort")
+        key = tuple_(column, Run.run_id)
+        bound = tuple_(value, page.after.row_id)
+        stmt = stmt.where(key < bound if descending else key > bound)
+    if descending:
+        stmt = stmt.order_by(column.desc(), Run.run_id.desc())
+    else:
+        stmt = stmt.order_by(column.asc(), Run.run_id.asc())
+    rows = list((await session.execute(stmt.limit(page.limit + 1))).scalars())
+    position = None
+    if len(rows) > page.limit:
+        rows = rows[: page.limit]
+        last = rows[-1]
+        key_value = last.title if page.sort_by == "title" else timestamp_key(getattr(last, page.sort_by))
+        position = Cursor(value=key_value, row_id=last.run_id)
+    return RunPage(runs=rows, next_position=position, attachments=await attachment_names(session, rows))
+
+
+async def attachment_names(session: AsyncSession, runs: Sequence[Run]) -> dict[str, list[str]]:
+    """File names of the given runs' attachments (one query), keyed by run id."""
+    out: dict[str, list[str]] = {r.run_id: [] for r in runs}
+    if not runs:
+        return out
+    stmt = (
+        select(RunAttachment.run_id, RunAttachment.file_name)
+        .where(RunAttachment.run_id.in_(list(out)))
+        .order_by(RunAttachment.run_id, RunAttachment.file_name)
+    )
+    for run_id, name in (await session.execute(stmt)).all():
+        out[run_id].append(name)
+    return out
+
+
+async def list_logs(
+    session: AsyncSession, team_id: str, run_id: str, *, after: int, limit: int
+) -> tuple[list[RunLog], bool]:
+    """Log lines of a run with ``id > after``, oldest first; returns them and whether more exist."""
+    await get_run(session, team_id, run_id)
+    stmt = (
+        select(RunLog).where(RunLog.run_id == run_id, RunLog.id > after).order_by(RunLog.id).limit(limit + 1)
+    )
+    rows = list((await session.execute(stmt)).scalars())
+    return rows[:limit], len(rows) > limit

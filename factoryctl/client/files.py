@@ -1,0 +1,116 @@
+"""Validate local factory directories through a server (``factoryctl validate --server URL``).
+
+:func:`collect_files` gathers what the definition loader reads from a factory directory —
+``factory.yaml``, ``webhooks/*``, ``automations/*/automation.md`` (and stray files there, which the
+loader warns about), ``environments/*`` — skipping dot files, as the loader does. Each directory is
+sent to ``POST /api/v1/factory-files/validate`` and the answers are merged into one report of the
+``factoryctl validate --format json`` shape, with paths rewritten from "relative to the uploaded
+factory" to the local paths the caller gave, so CI annotations point at the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from factoryctl.client.sync_client import FactoryClient
+
+FOLDERS = ("webhooks", "environments")
+MAX_FILE_BYTES = 1024 * 1024
+
+
+def _visible_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if not p.name.startswith(".") and p.is_file())
+
+
+def collect_files(root: Path) -> dict[str, bytes]:
+    """Definition files of one factory directory: relative POSIX path -> bytes.
+
+    Files over 1 MiB are sent as they are: the server reports them exactly as a local run would.
+    """
+    found: dict[str, Path] = {}
+    if (root / "factory.yaml").is_file():
+        found["factory.yaml"] = root / "factory.yaml"
+    for name in FOLDERS:
+        for item in _visible_files(root / name):
+            found[f"{name}/{item.name}"] = item
+    automations = root / "automations"
+    if automations.is_dir():
+        for entry in sorted(automations.iterdir()):
+            if entry.name.startswith("."):
+                continue
+            if entry.is_file():
+                found[f"automations/{entry.name}"] = entry
+            elif (entry / "automation.md").is_file():
+                found[f"automations/{entry.name}/automation.md"] = entry / "automation.md"
+    return {rel: path.read_bytes() for rel, path in found.items()}
+
+
+def _local(root: str, remote: str) -> str:
+    remote = remote.removeprefix("./")
+    if remote in ("", "."):
+        return root
+    return f"{root.rstrip('/')}/{remote}" if root not in ("", ".") else remote
+
+
+def relocate(report: dict[str, Any], root: str) -> list[dict[str, Any]]:
+    """The report's factories with the server's relative paths turned into paths under ``root``."""
+    out = []
+    for factory in report.get("factories") or []:
+        errors = [{**e, "path": _local(root, str(e.get("path", "")))} for e in factory.get("errors") or []]
+        out.append({**factory, "path": root, "errors": errors})
+    return out
+
+
+def merge(reports: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """One ``validate --format json`` report from per-directory answers ``(local root, report)``."""
+    factories: list[dict[str, Any]] = []
+    for root, report in reports:
+        factories += relocate(report, root)
+    errors = [e for f in factories for e in f["errors"]]
+    return {
+        "valid": not any(e.get("severity", "error") == "error" for e in errors),
+        "factories": factories,
+        "summary": {
+            "files": sum(int(f.get("files") or 0) for f in factories),
+            "errors": sum(e.get("severity", "error") == "error" for e in errors),
+            "warnings": sum(e.get("severity", "error") != "error" for e in errors),
+        },
+    }
+
+
+def _not_a_factory(root: str) -> dict[str, Any]:
+    problem = {
+        "rule": "FC001",
+        "severity": "error",
+        "message": f"'{root}' is not a factory: factory.yaml not found",
+        "path": "factory.yaml",
+        "line": 0,
+        "column": 0,
+        "hint": None,
+    }
+    return {"factories": [{"path": ".", "name": None, "files": 0, "errors": [problem]}]}
+
+
+def validate_remote(
+    server: str, api_key: str, paths: Iterable[str | os.PathLike[str]], *, timeout: float = 60.0
+) -> dict[str, Any]:
+    """Validate each factory directory in ``paths`` on ``server``; the merged JSON report.
+
+    Raises :class:`~factoryctl.client.errors.APIError` subclasses when the server cannot be reached or
+    refuses (401 bad key, 501 a server started without definition validation...).
+    """
+    answers: list[tuple[str, dict[str, Any]]] = []
+    with FactoryClient(server, api_key, timeout=timeout) as client:
+        for given in paths:
+            root = os.fspath(given)
+            files = collect_files(Path(root))
+            if not files:  # the server refuses an empty upload: answer as a local run would
+                answers.append((root, _not_a_factory(root)))
+                continue
+            answers.append((root, client.files.validate(files).raw))
+    return merge(answers)

@@ -1,0 +1,197 @@
+"""Prepare a run's environment in its workspace before the harness starts (docs/agent-config.md).
+
+Steps, all within one wall-clock budget (``timeout_seconds``):
+
+1. clone each of ``repos`` (``{url, path?, ref?}``) into ``<workspace>/<path>`` (default: the
+   repository name from the URL) and check out ``ref`` when given (branch, tag or commit);
+2. run each ``setup`` command with ``bash --noprofile --norc -eo pipefail -c`` in the workspace,
+   in its own process group, with the environment's ``env`` and ``secrets`` as variables.
+
+Any failure raises :class:`EnvironmentSetupFailed` carrying the last ~2 KB of output, secrets
+redacted; :func:`setup_failure_outcome` turns it into the run's FAILED outcome with error_code
+``environment_setup_failed``. To abandon a preparation, cancel the task: the running setup
+command's process group is killed.
+
+Clones use GitPython's ``Git.clone`` with ``kill_after_timeout`` rather than ``Repo.clone_from``,
+which runs git as a detached process and cannot enforce a deadline. Git never prompts for
+credentials (``GIT_TERMINAL_PROMPT=0``): a private repository without credentials fails fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import git
+
+from factoryctl.worker import EnvironmentSetupFailed, InvalidClaim
+from factoryctl.worker.harness import (
+    DEFAULT_GRACE_SECONDS,
+    OutputCallback,
+    OutputTail,
+    RedactingEmitter,
+    pump_lines,
+    signal_process_group,
+    terminate_process_group,
+    wait_for_exit,
+)
+from factoryctl.worker.job import Outcome, parse_environment, redact
+from factoryctl.worker.workspace import safe_file_name
+
+DEFAULT_SETUP_TIMEOUT_SECONDS = 900.0
+OUTPUT_TAIL_CHARS = 2048
+SETUP_SHELL = ("bash", "--noprofile", "--norc", "-eo", "pipefail", "-c")
+
+
+async def prepare_environment(
+    environment: Mapping[str, Any],
+    workspace: Path,
+    *,
+    base_env: Mapping[str, str] | None = None,
+    timeout_seconds: float = DEFAULT_SETUP_TIMEOUT_SECONDS,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    on_output: OutputCallback | None = None,
+) -> list[Path]:
+    """Clone the repositories and run the setup commands; returns the cloned directories.
+
+    ``base_env`` is the variables setup commands start from (None inherits this process's
+    environment). Output goes to ``on_output``: ``system`` for progress lines, ``stdout`` for the
+    setup commands' combined stdout and stderr.
+    """
+    try:
+        spec = parse_environment(environment)
+    except InvalidClaim as exc:
+        raise EnvironmentSetupFailed(f"invalid environment: {exc}") from exc
+    secrets = list(spec["secrets"].values())
+    emit = RedactingEmitter(on_output, secrets)
+    tail = OutputTail(OUTPUT_TAIL_CHARS, secrets)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_seconds
+
+    def remaining() -> float:
+        left = deadline - loop.time()
+        if left <= 0:
+            raise EnvironmentSetupFailed(
+                f"environment setup timed out after {timeout_seconds:g}s", tail.text()
+            )
+        return left
+
+    cloned = []
+    for repo in spec["repos"]:
+        url, ref = repo["url"], repo.get("ref")
+        shown = display_url(url) + (f" at {ref}" if ref else "")
+        dest = repo_destination(workspace, url, repo.get("path"))
+        await emit("system", f"cloning {shown} into {dest.relative_to(workspace)}")
+        try:
+            await asyncio.to_thread(_clone, url, dest, ref, workspace, remaining())
+        except (git.GitError, OSError) as exc:
+            tail.add(str(exc))
+            raise EnvironmentSetupFailed(redact(f"cannot clone {shown}", secrets), tail.text()) from exc
+        cloned.append(dest)
+
+    env = dict(os.environ if base_env is None else base_env)
+    env.update(spec["env"])
+    env.update(spec["secrets"])
+    commands: list[str] = spec["setup"]
+    for index, command in enumerate(commands, 1):
+        await emit("system", f"setup {index}/{len(commands)}: {command}")
+        code = await _run_setup(command, workspace, env, remaining(), grace_seconds, emit, tail)
+        if code is None:
+            raise EnvironmentSetupFailed(
+                f"environment setup timed out after {timeout_seconds:g}s (setup command {index})", tail.text()
+            )
+        if code < 0:
+            raise EnvironmentSetupFailed(f"setup command {index} was killed by signal {-code}", tail.text())
+        if code != 0:
+            raise EnvironmentSetupFailed(f"setup command {index} exited with status {code}", tail.text())
+    return cloned
+
+
+def setup_failure_outcome(exc: EnvironmentSetupFailed) -> Outcome:
+    """The run outcome for a failed preparation: FAILED, ``environment_setup_failed``, with the tail."""
+    message = f"{exc.message}\n{exc.output_tail}" if exc.output_tail else exc.message
+    return Outcome.failed(message, EnvironmentSetupFailed.error_code)
+
+
+def repo_destination(workspace: Path, url: str, path: str | None) -> Path:
+    """Where a repository is cloned: ``path`` (relative, inside the workspace) or its URL's name."""
+    relative = PurePosixPath(path) if path else PurePosixPath(_repo_name(url))
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts or "\0" in str(relative):
+        raise EnvironmentSetupFailed(f"repository path {path!r} must be a relative path inside the workspace")
+    return workspace.joinpath(*relative.parts)
+
+
+def display_url(url: str) -> str:
+    """``url`` with any credentials (``https://user:token@host/...``) replaced by ``***``."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc or not parts.scheme:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+
+
+def _repo_name(url: str) -> str:
+    last = url.rstrip("/").replace(":", "/").rsplit("/", 1)[-1]
+    return safe_file_name(last.removesuffix(".git"), fallback="repo")
+
+
+def _clone(url: str, dest: Path, ref: str | None, cwd: Path, timeout: float) -> None:
+    """Blocking clone (run in a thread); git is killed if it outlives ``timeout``."""
+    if ref is not None and ref.startswith("-"):
+        raise git.GitError(f"invalid ref {ref!r}")
+    if not dest.parent.resolve().is_relative_to(cwd.resolve()):  # e.g. through an earlier clone's symlink
+        raise EnvironmentSetupFailed(f"repository path {str(dest.relative_to(cwd))!r} leaves the workspace")
+    git.Git.check_unsafe_protocols(url)
+    env = {"GIT_TERMINAL_PROMPT": "0"}
+    git.Git(str(cwd)).clone("--quiet", "--", url, str(dest), kill_after_timeout=timeout, env=env)
+    if ref:
+        git.Git(str(dest)).checkout("--quiet", ref, "--", kill_after_timeout=timeout, env=env)
+
+
+async def _run_setup(
+    command: str,
+    workspace: Path,
+    env: Mapping[str, str],
+    limit_seconds: float,
+    grace_seconds: float,
+    emit: RedactingEmitter,
+    tail: OutputTail,
+) -> int | None:
+    """Run one setup command; its exit status, or None when it timed out (its group is killed)."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *SETUP_SHELL,
+            command,
+            cwd=workspace,
+            env=dict(env),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise EnvironmentSetupFailed(f"cannot start bash for setup: {exc}", tail.text()) from exc
+    assert proc.stdout is not None
+    pump = asyncio.create_task(pump_lines(proc.stdout, "stdout", emit, tail))
+    stopped = False
+    try:
+        try:
+            await asyncio.wait_for(wait_for_exit(proc), limit_seconds)
+            timed_out = False
+        except TimeoutError:
+            timed_out = True
+        await terminate_process_group(proc.pid, grace_seconds=grace_seconds)
+        stopped = True
+        await asyncio.wait({pump}, timeout=grace_seconds)
+        if pump.done():
+            pump.result()
+    finally:
+        if not stopped:
+            signal_process_group(proc.pid, signal.SIGKILL)
+        pump.cancel()
+        await asyncio.gather(pump, return_exceptions=True)
+    return None if timed_out else proc.returncode

@@ -1,0 +1,290 @@
+"""Executing one claimed run, identically for service-hosted and self-hosted workers.
+
+The protocol (direct store calls in ``serve``, HTTP in ``factoryctl worker``) hides behind
+:class:`RunChannel`; this module owns the sequence every worker follows: mark the run INPROGRESS,
+build its workspace and environment, run the harness while heartbeating and streaming output in
+batches, turn ``cancel_requested`` into the harness's cancel event, and report the outcome. A run
+whose lease was lost (reaped, or taken over) is abandoned silently: the server already decided
+its fate, so reporting would only be refused.
+
+Follow-ups that arrive while a harness runs are written to the run log: a CLI agent reading its
+prompt from stdin cannot take input mid-run. (Follow-ups sent before the claim, or to a finished
+run, reach the agent in its prompt; see :mod:`api.claims.payload`.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from factoryctl.worker import EnvironmentSetupFailed, WorkerError
+from factoryctl.worker.environment import (
+    DEFAULT_SETUP_TIMEOUT_SECONDS,
+    prepare_environment,
+    setup_failure_outcome,
+)
+from factoryctl.worker.harness import Harness, OutputCallback, RedactingEmitter, harness_for
+from factoryctl.worker.job import Job, Outcome, redact
+from factoryctl.worker.workspace import create_workspace, remove_workspace
+
+log = logging.getLogger("factoryctl.worker")
+
+LogLine = tuple[str, str]
+"""``(stream, text)``: stream is ``stdout``, ``stderr`` or ``system``."""
+
+MAX_LINE_CHARS = 16_384
+MAX_BUFFERED_LINES = 20_000
+SHUTDOWN_MESSAGE = "the worker shut down before the run finished"
+# The terminal run states of the wire protocol (docs/api.md, "States").
+FINISHED_STATES = frozenset({"SUCCEEDED", "FAILED", "ERROR", "CANCELLED"})
+# Environment variables a worker must never hand to an agent: they are the worker's own credentials.
+PRIVATE_VARIABLES = ("FACTORY_API_KEY", "FACTORY_SECRET_KEY", "FACTORY_DATABASE_URL")
+
+
+class LeaseLost(Exception):
+    """The server no longer lets this worker act on the run (lease reaped, run finished or taken)."""
+
+
+@dataclass(frozen=True)
+class HeartbeatReply:
+    cancel_requested: bool
+    followups: list[dict[str, Any]] = field(default_factory=list)
+    state: str | None = None  # the run's state after the heartbeat, when the server said
+
+    @property
+    def finished(self) -> bool:
+        """The run ended on the server (e.g. cancelled before it started): nothing may run."""
+        return self.state in FINISHED_STATES
+
+
+class RunChannel(Protocol):
+    """How a worker talks to the control plane about one claimed run."""
+
+    async def heartbeat(self, *, start: bool) -> HeartbeatReply:
+        """Extend the lease (``start``: also mark the run INPROGRESS); raises :class:`LeaseLost`."""
+
+    async def send_logs(self, lines: Sequence[LogLine]) -> None:
+        """Append output lines to the run's log; raises :class:`LeaseLost`."""
+
+    async def report(self, outcome: Outcome) -> None:
+        """Report the final state; raises :class:`LeaseLost` when the server refuses it."""
+
+
+@dataclass(frozen=True)
+class ExecutionSettings:
+    harness: str = "echo"
+    command: str | None = None
+    workspace_root: Path = Path("workspaces")
+    heartbeat_seconds: float = 2.0
+    log_flush_seconds: float = 0.5
+    harness_env: Mapping[str, str] | None = None  # None: inherit this process's environment
+    keep_workspace: bool = False
+
+
+def scrubbed_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without the worker's own credentials, for the agent processes it starts."""
+    return {k: v for k, v in env.items() if k not in PRIVATE_VARIABLES}
+
+
+class LogBuffer:
+    """Output waiting to be sent; bounded so a stalled server cannot exhaust memory."""
+
+    def __init__(self) -> None:
+        self.lines: list[LogLine] = []
+        self.dropped = 0
+
+    async def add(self, stream: str, text: str) -> None:
+        if len(self.lines) >= MAX_BUFFERED_LINES:
+            self.dropped += 1
+            return
+        self.lines.append((stream, text[:MAX_LINE_CHARS]))
+
+    def take(self) -> list[LogLine]:
+        lines, self.lines = self.lines, []
+        if self.dropped:
+            lines.append(
+                ("system", f"{self.dropped} output line(s) dropped: the log could not be sent in time")
+            )
+            self.dropped = 0
+        return lines
+
+    def put_back(self, lines: list[LogLine]) -> None:
+        self.lines = (lines + self.lines)[-MAX_BUFFERED_LINES:]
+
+
+async def execute(
+    job: Job, channel: RunChannel, settings: ExecutionSettings, *, stop: asyncio.Event | None = None
+) -> Outcome | None:
+    """Run ``job`` to its end and report it; returns the outcome, or None when the lease was lost.
+
+    ``stop`` (worker shutdown) cancels the harness; the run then ends ERROR ``resource_unavailable``
+    (retryable) rather than CANCELLED, since no user asked for it.
+    """
+    try:
+        reply = await channel.heartbeat(start=True)
+    except LeaseLost:
+        log.warning("run %s: lease lost before start", job.run_id)
+        return None
+    if reply.finished:
+        log.info("run %s: %s before it started", job.run_id, reply.state)
+        return None
+    cancel = asyncio.Event()
+    cancel_asked = reply.cancel_requested  # by a user, as opposed to our own shutdown
+    if cancel_asked:
+        cancel.set()
+    buffer = LogBuffer()
+    try:
+        harness = harness_for(job.agent_config, settings.harness, settings.command, env=settings.harness_env)
+    except WorkerError as exc:
+        return await _finish(job, channel, buffer, Outcome.error(str(exc), "harness_unavailable"))
+    work = asyncio.create_task(_run_in_workspace(job, harness, settings, cancel, buffer.add))
+    loop = asyncio.get_running_loop()
+    next_heartbeat = loop.time() + settings.heartbeat_seconds
+    shutdown = False
+    try:
+        while not work.done():
+            waiters: set[asyncio.Future[Any]] = {work}
+            stop_wait = asyncio.ensure_future(stop.wait()) if stop is not None and not shutdown else None
+            if stop_wait is not None:
+                waiters.add(stop_wait)
+            await asyncio.wait(
+                waiters, timeout=settings.log_flush_seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+            if stop_wait is not None:
+                stop_wait.cancel()
+            if stop is not None and stop.is_set() and not shutdown:
+                shutdown = True
+                cancel.set()
+            await _flush(channel, buffer)
+            if loop.time() >= next_heartbeat and not work.done():
+                next_heartbeat = loop.time() + settings.heartbeat_seconds
+                reply = await _heartbeat(channel, job.run_id)
+                if reply.cancel_requested:
+                    cancel_asked = True
+                    cancel.set()
+                for item in reply.followups:
+                    await buffer.add("system", f"follow-up received while running: {item.get('message')}")
+    except LeaseLost:
+        log.warning("run %s: lease lost; abandoning the execution", job.run_id)
+        cancel.set()
+        with contextlib.suppress(Exception):
+            await work
+        return None
+    finally:
+        if not work.done():  # our own task is being cancelled: stop the harness too
+            cancel.set()
+            work.cancel()
+            with contextlib.suppress(BaseException):
+                await work
+    try:
+        outcome = work.result()
+    except Exception as exc:
+        log.exception("run %s: the harness raised", job.run_id)
+        outcome = Outcome.error(
+            f"the worker failed while executing the run: {type(exc).__name__}", "internal_error"
+        )
+    if shutdown and outcome.state == "CANCELLED" and not cancel_asked:
+        outcome = Outcome.error(SHUTDOWN_MESSAGE, "resource_unavailable", retryable=True)
+    return await _finish(job, channel, buffer, outcome)
+
+
+async def _finish(job: Job, channel: RunChannel, buffer: LogBuffer, outcome: Outcome) -> Outcome | None:
+    try:
+        await _flush(channel, buffer)
+        await channel.report(outcome)
+    except LeaseLost:
+        log.warning("run %s: the server refused the final report (%s)", job.run_id, outcome.state)
+        return None
+    return outcome
+
+
+async def _flush(channel: RunChannel, buffer: LogBuffer) -> None:
+    lines = buffer.take()
+    if not lines:
+        return
+    try:
+        await channel.send_logs(lines)
+    except LeaseLost:
+        raise
+    except Exception as exc:  # the server is unreachable; keep the lines for the next flush
+        log.warning("cannot send run output (%s); will retry", exc)
+        buffer.put_back(lines)
+
+
+async def _heartbeat(channel: RunChannel, run_id: str) -> HeartbeatReply:
+    try:
+        return await channel.heartbeat(start=False)
+    except LeaseLost:
+        raise
+    except Exception as exc:  # transient; the lease covers a few missed beats
+        log.warning("run %s: heartbeat failed (%s); will retry", run_id, exc)
+        return HeartbeatReply(cancel_requested=False)
+
+
+async def _run_in_workspace(
+    job: Job, harness: Harness, settings: ExecutionSettings, cancel: asyncio.Event, on_output: OutputCallback
+) -> Outcome:
+    try:
+        path = await asyncio.to_thread(create_workspace, settings.workspace_root, job)
+    except WorkerError as exc:
+        return Outcome.error(str(exc), "workspace_unavailable", retryable=True)
+    try:
+        if job.environment:
+            # Setup commands can read .mcp.json: its secrets are redacted like the environment's.
+            secrets = job.secret_values()
+            prepared = await _prepare(
+                job.environment, path, settings, cancel, RedactingEmitter(on_output, secrets)
+            )
+            if prepared is not None:
+                return _redacted(prepared, secrets)
+        return await harness.run(job, path, cancel=cancel, on_output=on_output)
+    finally:
+        if not settings.keep_workspace:
+            try:
+                await asyncio.to_thread(remove_workspace, path)
+            except WorkerError as exc:
+                log.warning("%s", exc)
+
+
+def _redacted(outcome: Outcome, secrets: list[str]) -> Outcome:
+    message = outcome.status_message
+    if not message or not isinstance(message.get("message"), str):
+        return outcome
+    return Outcome(outcome.state, {**message, "message": redact(message["message"], secrets)})
+
+
+async def _prepare(
+    environment: Mapping[str, Any],
+    path: Path,
+    settings: ExecutionSettings,
+    cancel: asyncio.Event,
+    on_output: OutputCallback,
+) -> Outcome | None:
+    """Prepare the environment; an outcome when the run must end here (failed or cancelled)."""
+    timeout = environment.get("setup_timeout_seconds") or DEFAULT_SETUP_TIMEOUT_SECONDS
+    task = asyncio.create_task(
+        prepare_environment(
+            environment, path, base_env=settings.harness_env, timeout_seconds=timeout, on_output=on_output
+        )
+    )
+    cancelled = asyncio.create_task(cancel.wait())
+    try:
+        await asyncio.wait({task, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cancelled.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+    if task.cancelled():
+        return Outcome.cancelled()
+    try:
+        task.result()
+    except EnvironmentSetupFailed as exc:
+        return setup_failure_outcome(exc)
+    return None

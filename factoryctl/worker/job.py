@@ -1,0 +1,258 @@
+"""What a worker executes (:class:`Job`) and what it reports back (:class:`Outcome`).
+
+A job is built from the claim response (:meth:`Job.from_claim`) and is everything a harness may
+look at: the assembled prompt, the resolved agent config, attachments, the model, the prepared
+environment description and the MCP servers. Nothing here does I/O.
+
+Claim payload read by :meth:`Job.from_claim` (unknown keys are ignored)::
+
+    {
+      "run_id": "run_...",                       # required
+      "prompt": "...",                           # the prompt (final unless parts below are given)
+      "base_prompt": "...", "skill_body": "...", "envelope": "...",   # optional prompt parts
+      "agent_config": {...},                     # alias "config"; resolved AmbientAgentConfig
+      "attachments": [{"file_name", "mime_type", "data": "<base64>"}],
+      "model_id": "...",                         # default: agent_config.model_id
+      "mcp_servers": {name: {...}},              # default: agent_config.mcp_servers
+      "environment": {"repos": [{"url", "path"?, "ref"?}], "setup": [str],
+                      "env": {k: v}, "secrets": {ENV_NAME: value},
+                      "setup_timeout_seconds": 900},
+      "timeout_seconds": 3600,
+      "secret_values": ["..."]                   # every resolved secret value, to redact
+    }
+
+When any of ``base_prompt``, ``skill_body`` or ``envelope`` is present at the top level, the job's
+prompt is :func:`assemble_prompt` of them around ``prompt``; otherwise ``prompt`` is used as is
+(the server already assembled it). ``agent_config.base_prompt`` is informational only, so a
+server that sends an assembled prompt never gets the base prompt twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from factoryctl.worker import InvalidClaim
+
+OutcomeState = Literal["SUCCEEDED", "FAILED", "CANCELLED", "ERROR"]
+
+# Secrets shorter than this are not redacted from output: replacing every "1" or "ab" would destroy
+# the log while protecting nothing.
+MIN_REDACTED_SECRET_LENGTH = 4
+REDACTED = "***"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def assemble_prompt(
+    base_prompt: str | None, skill_body: str | None, prompt: str | None, envelope: str | None
+) -> str:
+    """Join the prompt parts in the order the harness reads them, skipping empty parts.
+
+    Order: base prompt, skill body, the prompt itself, then the webhook envelope; parts are
+    separated by one blank line.
+    """
+    parts = (base_prompt, skill_body, prompt, envelope)
+    return "\n\n".join(p.strip("\n") for p in parts if p and p.strip())
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace every occurrence of a secret value (longest first) with ``***``."""
+    for value in sorted({s for s in secrets if len(s) >= MIN_REDACTED_SECRET_LENGTH}, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file given with the run (e.g. ``event-payload.json``); written into the workspace."""
+
+    file_name: str
+    mime_type: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Job:
+    """One claimed run, ready to execute."""
+
+    run_id: str
+    prompt: str
+    agent_config: dict[str, Any] = field(default_factory=dict)
+    attachments: list[Attachment] = field(default_factory=list)
+    model_id: str | None = None
+    environment: dict[str, Any] | None = None
+    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timeout_seconds: float | None = None
+    # resolved secret values beyond the environment's (MCP env/headers); never in a repr
+    redacted: tuple[str, ...] = field(default=(), repr=False)
+
+    @classmethod
+    def from_claim(cls, payload: Mapping[str, Any]) -> Job:
+        """Parse a claim response; raises :class:`InvalidClaim` on a malformed payload."""
+        run_id = payload.get("run_id")
+        if not isinstance(run_id, str) or not run_id:
+            raise InvalidClaim("claim has no run_id")
+        config = _mapping(payload.get("agent_config", payload.get("config")), "agent_config")
+        prompt = _optional_str(payload.get("prompt"), "prompt") or ""
+        part_keys = ("base_prompt", "skill_body", "envelope")
+        if any(payload.get(k) is not None for k in part_keys):
+            base, skill, envelope = (_optional_str(payload.get(k), k) for k in part_keys)
+            prompt = assemble_prompt(base, skill, prompt, envelope)
+        model_id = _optional_str(payload.get("model_id", config.get("model_id")), "model_id")
+        servers = _mapping(payload.get("mcp_servers", config.get("mcp_servers")), "mcp_servers")
+        for name, server in servers.items():
+            _mapping(server, f"mcp_servers.{name}")
+        environment = payload.get("environment")
+        if environment is not None:
+            environment = parse_environment(environment)
+        timeout = payload.get("timeout_seconds")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise InvalidClaim("timeout_seconds must be a positive number")
+        redacted = _list(payload.get("secret_values"), "secret_values")
+        if not all(isinstance(v, str) for v in redacted):
+            raise InvalidClaim("secret_values must be a list of strings")
+        return cls(
+            run_id=run_id,
+            prompt=prompt,
+            agent_config=dict(config),
+            attachments=[
+                _attachment(a, i) for i, a in enumerate(_list(payload.get("attachments"), "attachments"))
+            ],
+            model_id=model_id or None,
+            environment=environment,
+            mcp_servers={str(k): dict(v) for k, v in servers.items()},
+            timeout_seconds=float(timeout) if timeout is not None else None,
+            redacted=tuple(redacted),
+        )
+
+    def environment_variables(self) -> dict[str, str]:
+        """The environment's ``env`` plus its resolved ``secrets`` (a secret wins over a plain var)."""
+        if not self.environment:
+            return {}
+        env = {str(k): str(v) for k, v in (self.environment.get("env") or {}).items()}
+        env.update({str(k): str(v) for k, v in (self.environment.get("secrets") or {}).items()})
+        return env
+
+    def secret_values(self) -> list[str]:
+        """Values to redact from any output this run produces: environment and MCP secrets."""
+        values = set(self.redacted)
+        if self.environment:
+            values.update(str(v) for v in (self.environment.get("secrets") or {}).values())
+        return sorted(values)
+
+
+def parse_environment(value: Any) -> dict[str, Any]:
+    """Check the shape of an environment description and return a normalised copy."""
+    env = _mapping(value, "environment")
+    repos = []
+    for i, repo in enumerate(_list(env.get("repos"), "environment.repos")):
+        repo = _mapping(repo, f"environment.repos[{i}]")
+        url = repo.get("url")
+        if not isinstance(url, str) or not url:
+            raise InvalidClaim(f"environment.repos[{i}].url must be a non-empty string")
+        entry: dict[str, str] = {"url": url}
+        for key in ("path", "ref"):
+            item = _optional_str(repo.get(key), f"environment.repos[{i}].{key}")
+            if item:
+                entry[key] = item
+        repos.append(entry)
+    setup = _list(env.get("setup"), "environment.setup")
+    if not all(isinstance(cmd, str) for cmd in setup):
+        raise InvalidClaim("environment.setup must be a list of strings")
+    out: dict[str, Any] = {
+        "repos": repos,
+        "setup": list(setup),
+        "env": _string_map(env.get("env"), "environment.env"),
+        "secrets": _string_map(env.get("secrets"), "environment.secrets"),
+    }
+    timeout = env.get("setup_timeout_seconds")
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise InvalidClaim("environment.setup_timeout_seconds must be a positive number")
+        out["setup_timeout_seconds"] = float(timeout)
+    return out
+
+
+@dataclass
+class Outcome:
+    """How a run ended. ``status_message`` is ``{message, error_code?, retryable?}`` or None."""
+
+    state: OutcomeState
+    status_message: dict[str, Any] | None = None
+
+    @classmethod
+    def succeeded(cls, message: str | None = None) -> Outcome:
+        return cls("SUCCEEDED", {"message": message} if message else None)
+
+    @classmethod
+    def failed(cls, message: str, error_code: str, *, retryable: bool = False) -> Outcome:
+        return cls("FAILED", {"message": message, "error_code": error_code, "retryable": retryable})
+
+    @classmethod
+    def cancelled(cls, message: str = "run cancelled") -> Outcome:
+        return cls("CANCELLED", {"message": message})
+
+    @classmethod
+    def error(cls, message: str, error_code: str, *, retryable: bool = False) -> Outcome:
+        return cls("ERROR", {"message": message, "error_code": error_code, "retryable": retryable})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The body of the worker state report: ``{state, status_message?}``."""
+        body: dict[str, Any] = {"state": self.state}
+        if self.status_message is not None:
+            body["status_message"] = self.status_message
+        return body
+
+
+def _attachment(value: Any, index: int) -> Attachment:
+    item = _mapping(value, f"attachments[{index}]")
+    name = item.get("file_name")
+    if not isinstance(name, str) or not name:
+        raise InvalidClaim(f"attachments[{index}].file_name must be a non-empty string")
+    mime = _optional_str(item.get("mime_type"), f"attachments[{index}].mime_type")
+    data = item.get("data", "")
+    if not isinstance(data, str):
+        raise InvalidClaim(f"attachments[{index}].data must be a base64 string")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidClaim(f"attachments[{index}].data is not valid base64") from exc
+    return Attachment(name, mime or "application/octet-stream", raw)
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidClaim(f"{what} must be an object")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidClaim(f"{what} must be a list")
+    return value
+
+
+def _optional_str(value: Any, what: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidClaim(f"{what} must be a string")
+    return value
+
+
+def _string_map(value: Any, what: str) -> dict[str, str]:
+    items = _mapping(value, what)
+    for key, item in items.items():
+        if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
+            raise InvalidClaim(f"{what}: {key!r} is not a valid environment variable name")
+        if isinstance(item, bool) or not isinstance(item, str | int | float) or "\0" in str(item):
+            raise InvalidClaim(f"{what}.{key} must be a string without NUL bytes")
+    return {k: str(v) for k, v in items.items()}

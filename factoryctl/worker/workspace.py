@@ -1,0 +1,162 @@
+"""Per-run workspaces: a fresh private directory holding the run's files, removed afterwards.
+
+Layout of ``<base>/<run_id>-<random>/``:
+
+- every attachment, under a sanitised basename (:func:`safe_file_name`); a name that collides
+  with another attachment or a reserved file gets a ``-1``, ``-2``... suffix before its extension;
+- ``PROMPT.md``: the assembled prompt (also fed on stdin by the command harness);
+- ``.mcp.json``: ``{"mcpServers": {name: {...}}}``, the shape Claude Code-style CLIs read, when the
+  run has MCP servers (mode 0600: resolved headers and env may hold secrets).
+
+Attachment names come from webhook senders and API callers, so they are never trusted as paths.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from factoryctl.worker import WorkspaceError
+from factoryctl.worker.job import Job
+
+PROMPT_FILE = "PROMPT.md"
+MCP_CONFIG_FILE = ".mcp.json"
+RESULT_FILE = "RESULT.md"
+RESERVED_NAMES = frozenset({PROMPT_FILE, MCP_CONFIG_FILE})
+MAX_NAME_BYTES = 200
+
+_UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def safe_file_name(name: str, *, fallback: str = "attachment") -> str:
+    """Reduce an untrusted name to a plain basename that cannot leave the workspace.
+
+    Drops any directory part (``/`` or ``\\``), control characters and NUL; ``.``, ``..`` and
+    empty results become ``fallback``; overlong names are shortened, keeping the extension.
+    """
+    base = re.split(r"[/\\]", name)[-1]
+    base = _UNSAFE_CHARS.sub("", base).strip()
+    if base in {"", ".", ".."}:
+        return fallback
+    if len(base.encode()) > MAX_NAME_BYTES:
+        stem, dot, ext = base.rpartition(".")
+        ext = f".{ext}" if dot and stem and len(ext) <= 16 else ""
+        budget = MAX_NAME_BYTES - len(ext.encode())
+        base = base[: len(base) - len(ext)].encode()[:budget].decode(errors="ignore") + ext
+    return base
+
+
+def attachment_names(names: Sequence[str], *, reserved: frozenset[str] = RESERVED_NAMES) -> list[str]:
+    """The file name each attachment is written under: sanitised and unique, in input order."""
+    taken = set(reserved)
+    result = []
+    for name in names:
+        candidate = safe_file_name(name)
+        stem, dot, ext = candidate.rpartition(".")
+        if not dot or not stem:
+            stem, ext = candidate, ""
+        else:
+            ext = f".{ext}"
+        n = 0
+        while candidate in taken:
+            n += 1
+            candidate = f"{stem}-{n}{ext}"
+        taken.add(candidate)
+        result.append(candidate)
+    return result
+
+
+def mcp_config(servers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """``.mcp.json`` content for the run's MCP servers.
+
+    ``{command, args?, env?}`` stays a stdio server (``args`` defaults to ``[]``); ``{url,
+    headers?}`` gets ``"type": "http"`` unless a type is given; ``{warp_id}`` entries name servers
+    hosted elsewhere that a local CLI cannot reach, so they are left out.
+    """
+    entries: dict[str, Any] = {}
+    for name, server in servers.items():
+        entry = dict(server)
+        if "warp_id" in entry and "command" not in entry and "url" not in entry:
+            continue
+        if "command" in entry:
+            entry.setdefault("args", [])
+        elif "url" in entry:
+            entry.setdefault("type", "http")
+        else:
+            raise WorkspaceError(f"MCP server {name!r} has no command or url")
+        entries[name] = entry
+    return {"mcpServers": entries}
+
+
+def create_workspace(base_dir: Path, job: Job) -> Path:
+    """Create ``<base_dir>/<run_id>-<random>`` (mode 0700) and write the run's files into it."""
+    try:
+        base_dir.mkdir(parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix=f"{safe_file_name(job.run_id, fallback='run')}-", dir=base_dir))
+    except OSError as exc:
+        raise WorkspaceError(f"cannot create a workspace under {base_dir}: {exc}") from exc
+    try:
+        names = attachment_names([a.file_name for a in job.attachments])
+        for attachment, name in zip(job.attachments, names, strict=True):
+            _write_new(path / name, attachment.data)
+        _write_new(path / PROMPT_FILE, job.prompt.encode())
+        if job.mcp_servers:
+            config = json.dumps(mcp_config(job.mcp_servers), indent=2, sort_keys=True)
+            _write_new(path / MCP_CONFIG_FILE, config.encode(), mode=0o600)
+    except BaseException as exc:
+        remove_workspace(path)
+        if isinstance(exc, OSError):
+            raise WorkspaceError(f"cannot write the workspace {path}: {exc}") from exc
+        raise
+    return path
+
+
+def remove_workspace(path: Path) -> None:
+    """Delete a workspace, including read-only directories a tool may have left behind."""
+    if not os.path.lexists(path):
+        return
+    try:
+        shutil.rmtree(path, onerror=_make_writable_and_retry)
+    except OSError as exc:
+        raise WorkspaceError(f"cannot remove the workspace {path}: {exc}") from exc
+
+
+@contextmanager
+def workspace(base_dir: Path, job: Job, *, keep: bool = False) -> Iterator[Path]:
+    """A fresh workspace for ``job``, removed on exit unless ``keep`` (for debugging a run)."""
+    path = create_workspace(base_dir, job)
+    try:
+        yield path
+    finally:
+        if not keep:
+            remove_workspace(path)
+
+
+def _write_new(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    # O_EXCL|O_NOFOLLOW: never write through something that already exists at that name.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _make_writable_and_retry(func: Callable[..., Any], path: str, _exc_info: Any) -> None:
+    # Called by rmtree for an entry it could not remove or open: grant ourselves access, retry once.
+    if not os.path.lexists(path):
+        return
+    parent = os.path.dirname(path)
+    os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
+    is_dir = os.path.isdir(path) and not os.path.islink(path)
+    if is_dir:
+        os.chmod(path, os.stat(path).st_mode | stat.S_IRWXU)
+    if func in (os.unlink, os.remove, os.rmdir):
+        func(path)
+    elif is_dir:
+        shutil.rmtree(path)
