@@ -84,7 +84,8 @@ end
 # --- servers (run in child processes) ----------------------------------------------------------------
 
 
-async def _seed(db_url: str, key: str, automations: int) -> str:
+async def seed_webhook(db_url: str, key: str, automations: int) -> str:
+    """A token-mode webhook (secret ``TOKEN``) with ``automations`` automations matching ``BODY``; its UID."""
     engine = create_engine(db_url)
     await migrate(engine)
     clock, box = SystemClock(), SecretBox.from_setting(key)
@@ -252,7 +253,7 @@ def _filter(n: int) -> dict[str, Any]:
 
 async def _filters_bench(tmp: Path, key: str) -> dict[str, float]:
     db_url = f"sqlite+aiosqlite:///{tmp / 'filters.db'}"
-    hook_uid = await _seed(db_url, key, 0)
+    hook_uid = await seed_webhook(db_url, key, 0)
     engine = create_engine(db_url)
     sessions = session_factory(engine)
     now = dt.datetime.now(dt.UTC)
@@ -316,7 +317,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="factory-bench-"))
     key = Fernet.generate_key().decode()
     db_url = args.database or f"sqlite+aiosqlite:///{tmp / 'factory.db'}"
-    hook_uid = asyncio.run(_seed(db_url, key, args.automations))
+    hook_uid = asyncio.run(seed_webhook(db_url, key, args.automations))
     results: dict[str, dict[str, float]] = {}
     try:
         for kind in ("bare", "real"):

@@ -13,28 +13,6 @@ collects every problem of every file. Exceptions are for "stop here" outcomes on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from reconciler.diagnostics import Diagnostic
-
-
-class ReconcileError(Exception):
-    """Base class of every error raised by the reconciler package."""
-
-
-class DefinitionsInvalid(ReconcileError):
-    def __init__(self, diagnostics: list[Diagnostic]) -> None:
-        self.diagnostics = diagnostics
-        super().__init__(f"{len(diagnostics)} definition error(s)")
-
-
-class EmptyDefinitions(ReconcileError):
-    pass
-
-
-class SourceError(ReconcileError):
-    pass
-
+from reconciler.errors import DefinitionsInvalid, EmptyDefinitions, ReconcileError, SourceError
 
 __all__ = ["DefinitionsInvalid", "EmptyDefinitions", "ReconcileError", "SourceError"]

@@ -14,25 +14,6 @@ unless its name says so; the caller decides the transaction boundary.
 
 from __future__ import annotations
 
-
-class StoreError(Exception):
-    """Base class of every error raised by the store package."""
-
-
-class NotFound(StoreError):
-    pass
-
-
-class WriteRefused(StoreError):
-    pass
-
-
-class InvalidValue(StoreError):
-    pass
-
-
-class SecretKeyError(StoreError):
-    pass
-
+from store.errors import InvalidValue, NotFound, SecretKeyError, StoreError, WriteRefused
 
 __all__ = ["InvalidValue", "NotFound", "SecretKeyError", "StoreError", "WriteRefused"]
