@@ -1,6 +1,7 @@
 """The API and ingress service: REST API (``/api/v1``), webhook ingress (``/webhooks/w``), runs, workers.
 
-Exception tree (each maps to one problem+json response in :mod:`api.problems`)::
+Exception tree (defined in :mod:`api.errors`, re-exported here; each maps to one problem+json response
+in :mod:`api.problems`)::
 
     ApiError                      status  error_code
     ├── BadRequest                 400    invalid_request
@@ -16,79 +17,28 @@ Exception tree (each maps to one problem+json response in :mod:`api.problems`)::
     └── ResourceUnavailable        503    resource_unavailable
 
 Store errors (:mod:`store`) are translated by the same middleware: NotFound -> 404, WriteRefused -> 409,
-InvalidValue -> 422.
+InvalidValue -> 422; so is :class:`api.http.pagination.InvalidCursor` -> 400.
+
+Shared HTTP plumbing (request bodies, field errors, keyset pages, the ``/api/v1`` prefix) lives in
+:mod:`api.http`; feature packages hold only their own routes and rules.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-
-class ApiError(Exception):
-    status = 500
-    error_code = "internal_error"
-    title = "Internal error"
-    retryable = False
-
-    def __init__(
-        self,
-        detail: str | None = None,
-        *,
-        errors: list[dict[str, Any]] | None = None,
-        headers: dict[str, str] | None = None,
-        retryable: bool | None = None,
-    ) -> None:
-        super().__init__(detail or self.title)
-        self.detail = detail or self.title
-        self.errors = errors
-        self.headers = headers or {}
-        if retryable is not None:
-            self.retryable = retryable
-
-
-class BadRequest(ApiError):
-    status, error_code, title = 400, "invalid_request", "Invalid request"
-
-
-class ValidationFailed(BadRequest):
-    status, title = 422, "Validation failed"
-
-
-class AuthenticationRequired(ApiError):
-    status, error_code, title = 401, "authentication_required", "Authentication required"
-
-
-class NotAuthorized(ApiError):
-    status, error_code, title = 403, "not_authorized", "Not authorized"
-
-
-class ResourceNotFound(ApiError):
-    status, error_code, title = 404, "resource_not_found", "Not found"
-
-
-class MethodNotAllowed(ApiError):
-    status, error_code, title = 405, "operation_not_supported", "Method not allowed"
-
-
-class Conflict(ApiError):
-    status, error_code, title = 409, "conflict", "Conflict"
-
-
-class PayloadTooLarge(ApiError):
-    status, error_code, title = 413, "invalid_request", "Payload too large"
-
-
-class RateLimited(ApiError):
-    status, error_code, title, retryable = 429, "budget_exceeded", "Too many requests", True
-
-
-class FeatureNotAvailable(ApiError):
-    status, error_code, title = 501, "feature_not_available", "Feature not available"
-
-
-class ResourceUnavailable(ApiError):
-    status, error_code, title, retryable = 503, "resource_unavailable", "Resource unavailable", True
-
+from api.errors import (
+    ApiError,
+    AuthenticationRequired,
+    BadRequest,
+    Conflict,
+    FeatureNotAvailable,
+    MethodNotAllowed,
+    NotAuthorized,
+    PayloadTooLarge,
+    RateLimited,
+    ResourceNotFound,
+    ResourceUnavailable,
+    ValidationFailed,
+)
 
 __all__ = [
     "ApiError",

@@ -38,7 +38,7 @@ ROUTE_MODULES: tuple[str, ...] = (
     "api.runs.routes",
     "api.factories.routes",
     "api.factories.reconcile",
-    "api.management",
+    "api.management.routes",
     "api.ingress.routes",
     "api.claims.routes",
     "api.environments.routes",

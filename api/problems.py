@@ -1,8 +1,9 @@
 """RFC 9457 problem+json: the one place where errors become HTTP responses.
 
-Every error leaves the service through :func:`problem_middleware`: API errors, store errors,
-aiohttp's own HTTP errors (unknown route, wrong method) and unexpected exceptions (logged with a
-reference, answered as a bare 500 without a stack trace).
+Every error leaves the service through :func:`problem_middleware`: API errors (:mod:`api.errors`),
+domain errors (the store's, and a refused pagination cursor), aiohttp's own HTTP errors (unknown
+route, wrong method) and unexpected exceptions (logged with a reference, answered as a bare 500
+without a stack trace). Domain code raises its own errors and never needs to know their status.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 from aiohttp import web
 
 import store
-from api import ApiError, BadRequest, ValidationFailed
+from api.errors import ApiError, BadRequest, Conflict, ResourceNotFound, ValidationFailed
+from api.http.pagination import InvalidCursor
 
 log = logging.getLogger("factoryctl.api")
 PROBLEM_JSON = "application/problem+json"
@@ -84,9 +86,10 @@ def from_api_error(exc: ApiError, instance: str) -> web.Response:
     return problem_response(body, exc.headers)
 
 
-def _translate_store(exc: store.StoreError) -> ApiError:
-    from api import Conflict, ResourceNotFound
-
+def _translate(exc: store.StoreError | InvalidCursor) -> ApiError:
+    """The API error a domain error means to a client."""
+    if isinstance(exc, InvalidCursor):
+        return BadRequest(f"cursor: {exc}")
     if isinstance(exc, store.NotFound):
         return ResourceNotFound(str(exc))
     if isinstance(exc, store.WriteRefused):
@@ -106,8 +109,8 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         return await handler(request)
     except ApiError as exc:
         return from_api_error(exc, instance)
-    except store.StoreError as exc:
-        return from_api_error(_translate_store(exc), instance)
+    except (store.StoreError, InvalidCursor) as exc:
+        return from_api_error(_translate(exc), instance)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -128,25 +131,3 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
             retryable=True,
         )
         return problem_response(body)
-
-
-async def read_json_object(request: web.Request, *, max_bytes: int = 8 * 1024 * 1024) -> dict[str, Any]:
-    """Parse a JSON object body, or raise a 400 problem that says what is wrong."""
-    if request.content_length is not None and request.content_length > max_bytes:
-        from api import PayloadTooLarge
-
-        raise PayloadTooLarge(f"body exceeds {max_bytes} bytes")
-    raw = await request.read()
-    if not raw.strip():
-        raise BadRequest("request body is empty; a JSON object is required")
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadRequest("request body must be a JSON object")
-    return data
-
-
-def field_error(field: str, message: str) -> dict[str, Any]:
-    return {"field": field, "message": message}

@@ -35,7 +35,8 @@ from api.claims.payload import (
     skill_resolver,
 )
 from api.context import BOX, CLOCK, SETTINGS, sessions
-from api.problems import field_error, read_json_object
+from api.http.bodies import SMALL_BODY_BYTES, field_error, read_json_object
+from api.http.paths import API_V1
 from api.runs.claim_signal import ClaimSignal, claim_signal
 from api.runs.config import worker_host_of
 from api.runs.queue import (
@@ -55,7 +56,7 @@ from store.apikeys import Principal
 from store.clock import rfc3339
 from store.models import Run
 
-PREFIX = "/api/v1/workers"
+PREFIX = f"{API_V1}/workers"
 POLL_SECONDS = 0.25  # how often a long poll re-checks the store for runs queued by other processes
 MAX_LOG_LINES = 1000
 MAX_LOG_TEXT = 16_384
@@ -105,15 +106,9 @@ def _wait_seconds(body: dict[str, Any], maximum: float) -> float:
     return min(float(value), maximum)
 
 
-async def _optional_body(request: web.Request) -> dict[str, Any]:
-    if not request.body_exists:
-        return {}
-    return await read_json_object(request, max_bytes=65_536)
-
-
 async def claim(request: web.Request) -> web.Response:
     who = await principal(request)  # 401 before any body error
-    body = await read_json_object(request, max_bytes=65_536)
+    body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES)
     hosts = _hosts(body)
     for host in hosts:
         await require_worker_host(request, host)
@@ -177,7 +172,7 @@ async def _authorize_for_run(request: web.Request, run_id: str) -> Principal:
 async def heartbeat_route(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     who = await _authorize_for_run(request, run_id)
-    body = await _optional_body(request)
+    body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES, optional=True)
     state = body.get("state")
     if state not in (None, "INPROGRESS"):
         raise ValidationFailed("state may only be INPROGRESS here", errors=[field_error("state", "invalid")])
@@ -232,7 +227,7 @@ def _status_message(value: Any) -> dict[str, Any] | None:
 async def state_route(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     who = await _authorize_for_run(request, run_id)
-    body = await read_json_object(request, max_bytes=65_536)
+    body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES)
     state = body.get("state")
     if state not in REPORT_EVENTS:
         raise ValidationFailed(
@@ -284,7 +279,7 @@ def _log_lines(body: dict[str, Any]) -> list[tuple[str, str]]:
 async def logs_route(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     who = await _authorize_for_run(request, run_id)
-    body = await read_json_object(request, max_bytes=MAX_LOG_LINES * MAX_LOG_TEXT + 65_536)
+    body = await read_json_object(request, max_bytes=MAX_LOG_LINES * MAX_LOG_TEXT + SMALL_BODY_BYTES)
     lines = _log_lines(body)
     async with sessions(request)() as session, session.begin():
         try:
@@ -299,7 +294,7 @@ async def logs_route(request: web.Request) -> web.Response:
 async def secrets_route(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     who = await _authorize_for_run(request, run_id)
-    body = await _optional_body(request)
+    body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES, optional=True)
     owner = _owner(who, body)
     box = request.app[BOX]
     async with sessions(request)() as session:

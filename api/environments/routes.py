@@ -17,17 +17,17 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 import schemas
-from api import Conflict, ResourceNotFound
 from api.auth import require
 from api.context import CLOCK, sessions
-from api.management import fail_on
-from api.problems import field_error, read_json_object
+from api.errors import Conflict, ResourceNotFound
+from api.http.bodies import fail_on, field_error, read_json_object
+from api.http.pagination import single_page_info
+from api.http.paths import API_V1
 from api.runs.prepare import find_environment
 from store import ids
 from store.clock import rfc3339
 from store.models import Environment, Secret
 
-PREFIX = "/api/v1"
 MAX_BODY = 1_048_576
 SPEC_KEYS = ("repos", "setup", "env", "secrets", "setupTimeoutSeconds")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -74,8 +74,7 @@ async def _spec_from(request: web.Request, body: dict[str, Any], team_id: str) -
         errors += [
             field_error("secrets", f"team secret {n!r} does not exist") for n in names if n not in existing
         ]
-    if errors:
-        fail_on(errors)
+    fail_on(errors)
     return spec
 
 
@@ -97,12 +96,13 @@ def _writable(row: Environment) -> None:
 
 
 async def list_environments(request: web.Request) -> web.Response:
+    """``GET /environments`` (member): every environment of the team, by name, on one page."""
     who = await require(request, "member")
     async with sessions(request)() as session:
         stmt = select(Environment).where(Environment.team_id == who.team_id).order_by(Environment.name)
         rows = list((await session.execute(stmt)).scalars())
     return web.json_response(
-        {"environments": [environment_json(r) for r in rows], "page_info": {"has_next_page": False}}
+        {"environments": [environment_json(r) for r in rows], "page_info": single_page_info()}
     )
 
 
@@ -173,8 +173,8 @@ async def delete_environment(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    app.router.add_get(f"{PREFIX}/environments", list_environments)
-    app.router.add_post(f"{PREFIX}/environments", create_environment)
-    app.router.add_get(PREFIX + "/environments/{name}", get_environment)
-    app.router.add_put(PREFIX + "/environments/{name}", replace_environment)
-    app.router.add_delete(PREFIX + "/environments/{name}", delete_environment)
+    app.router.add_get(f"{API_V1}/environments", list_environments)
+    app.router.add_post(f"{API_V1}/environments", create_environment)
+    app.router.add_get(API_V1 + "/environments/{name}", get_environment)
+    app.router.add_put(API_V1 + "/environments/{name}", replace_environment)
+    app.router.add_delete(API_V1 + "/environments/{name}", delete_environment)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from api import Conflict, ResourceUnavailable
 from api.auth import require
 from api.context import RECONCILE, sessions
+from api.errors import Conflict, ResourceUnavailable
 from api.factories.routes import load_factory
-from api.runs.routes import PREFIX
+from api.http.paths import API_V1
 
 
 async def force_reconcile(request: web.Request) -> web.Response:
@@ -34,4 +34,4 @@ async def force_reconcile(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    app.router.add_post(PREFIX + "/factory/{uid}/reconcile", force_reconcile)
+    app.router.add_post(API_V1 + "/factory/{uid}/reconcile", force_reconcile)

@@ -15,18 +15,19 @@ from sqlalchemy import and_, or_, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import BadRequest, Conflict, ResourceNotFound, ValidationFailed
 from api.auth import require
 from api.context import CLOCK, SETTINGS, sessions
+from api.errors import Conflict, ResourceNotFound
 from api.factories.serialize import factory_detail_json, factory_json
-from api.http.pagination import Cursor, InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
-from api.problems import field_error, read_json_object
+from api.http.bodies import SMALL_BODY_BYTES, fail_on, field_error, optional_string, read_json_object
+from api.http.pagination import Cursor, fingerprint, page_after, page_info, page_limit, split_page
+from api.http.paths import API_V1
 from api.runs import records as runs
 from api.runs.claim_signal import wake_claimers
 from api.runs.config import resolve_config
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_PROMPT, MAX_TITLE, validate_metadata
-from api.runs.routes import PREFIX, creator_of
+from api.runs.routes import creator_of
 from store import ids
 from store.models import ApplyRecord, Automation, Factory, Webhook
 
@@ -44,10 +45,7 @@ async def load_factory(session: AsyncSession, team_id: str, uid: str) -> Factory
 async def list_factories(request: web.Request) -> web.Response:
     """``GET /factory``: by name, keyset-paginated; ``search`` matches name or description."""
     who = await require(request, "member")
-    try:
-        limit = parse_limit(request.query.get("limit"))
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
+    limit = page_limit(request.query)
     search = request.query.get("search") or None
     fp = fingerprint({"list": "factories", "search": search})
     stmt = select(Factory).where(Factory.team_id == who.team_id)
@@ -58,24 +56,16 @@ async def list_factories(request: web.Request) -> web.Response:
                 Factory.description.icontains(search, autoescape=True),
             )
         )
-    raw = request.query.get("cursor")
-    if raw is not None:
-        try:
-            after = decode_cursor(raw, fp)
-        except InvalidCursor as exc:
-            raise BadRequest(f"cursor: {exc}") from None
+    after = page_after(request.query, fp)
+    if after is not None:
         stmt = stmt.where(tuple_(Factory.name, Factory.uid) > tuple_(after.value or "", after.row_id))
     stmt = stmt.order_by(Factory.name, Factory.uid).limit(limit + 1)
     async with sessions(request)() as session:
-        rows = list((await session.execute(stmt)).scalars())
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = encode_cursor(Cursor(value=rows[-1].name, row_id=rows[-1].uid), fp)
+        rows, last = split_page(list((await session.execute(stmt)).scalars()), limit)
     return web.json_response(
         {
             "factories": [factory_json(r) for r in rows],
-            "page_info": {"has_next_page": next_cursor is not None, "next_cursor": next_cursor},
+            "page_info": page_info(Cursor(value=last.name, row_id=last.uid) if last else None, fp),
         }
     )
 
@@ -110,36 +100,19 @@ async def get_factory(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
-def _optional_string(body: dict[str, Any], name: str, limit: int, errors: list[dict[str, Any]]) -> str | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        errors.append(field_error(name, "must be a string"))
-        return None
-    if len(value) > limit:
-        errors.append(field_error(name, f"must be at most {limit} characters"))
-    return value.strip() or None
-
-
-def _raise_errors(errors: list[dict[str, Any]]) -> None:
-    if errors:
-        raise ValidationFailed(f"{errors[0]['field']}: {errors[0]['message']}", errors=errors)
-
-
 async def create_factory(request: web.Request) -> web.Response:
     """``POST /factory`` (admin): an API-managed factory with a ``foreman`` agent; 409 on a taken name."""
     who = await require(request, "admin")
-    body = await read_json_object(request, max_bytes=65_536)
+    body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES)
     errors: list[dict[str, Any]] = []
     name = body.get("name")
     if not isinstance(name, str) or not name.strip():
         errors.append(field_error("name", "is required (a non-empty string)"))
     elif len(name.strip()) > MAX_NAME or not name.strip().isprintable():
         errors.append(field_error("name", f"must be printable and at most {MAX_NAME} characters"))
-    worker_host = _optional_string(body, "worker_host", 200, errors)
-    description = _optional_string(body, "description", 10_000, errors)
-    _raise_errors(errors)
+    worker_host = optional_string(body, "worker_host", errors, max_length=200)
+    description = optional_string(body, "description", errors, max_length=10_000)
+    fail_on(errors)
     assert isinstance(name, str)
     now = request.app[CLOCK].now()
     row = Factory(
@@ -178,12 +151,12 @@ async def dispatch_factory_run(request: web.Request) -> web.Response:
         errors.append(field_error("prompt", "is required (a non-empty string)"))
     elif len(prompt) > MAX_PROMPT:
         errors.append(field_error("prompt", f"must be at most {MAX_PROMPT} characters"))
-    title = _optional_string(body, "title", MAX_TITLE, errors)
-    ticket_ref = _optional_string(body, "ticket_ref", 256, errors)
-    ticket_url = _optional_string(body, "ticket_url", 256, errors)
+    title = optional_string(body, "title", errors, max_length=MAX_TITLE)
+    ticket_ref = optional_string(body, "ticket_ref", errors, max_length=256)
+    ticket_url = optional_string(body, "ticket_url", errors, max_length=256)
     metadata = {k: v for k, v in (("ticket_ref", ticket_ref), ("ticket_url", ticket_url)) if v}
     errors += validate_metadata(metadata)
-    _raise_errors(errors)
+    fail_on(errors)
     assert isinstance(prompt, str)
     async with sessions(request)() as session, session.begin():
         factory = await load_factory(session, who.team_id, request.match_info["uid"])
@@ -222,7 +195,7 @@ async def dispatch_factory_run(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     install_resolver(app)
-    app.router.add_get(f"{PREFIX}/factory", list_factories)
-    app.router.add_post(f"{PREFIX}/factory", create_factory)
-    app.router.add_get(PREFIX + "/factory/{uid}", get_factory)
-    app.router.add_post(PREFIX + "/factory/{uid}/runs", dispatch_factory_run)
+    app.router.add_get(f"{API_V1}/factory", list_factories)
+    app.router.add_post(f"{API_V1}/factory", create_factory)
+    app.router.add_get(API_V1 + "/factory/{uid}", get_factory)
+    app.router.add_post(API_V1 + "/factory/{uid}/runs", dispatch_factory_run)

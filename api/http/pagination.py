@@ -1,10 +1,15 @@
-"""Opaque keyset cursors shared by every list endpoint.
+"""Keyset pagination for every list endpoint: the ``limit`` parameter, opaque cursors and ``page_info``.
+
+A list handler reads :func:`page_limit` and :func:`page_after`, fetches ``limit + 1`` rows after that
+position, and answers :func:`page_info` for the position after the page's last row (:func:`split_page`).
 
 A cursor is base64url (no padding) of a compact JSON object ``{"v": <sort key of the last row>,
 "id": <its id>, "f": <fingerprint>}``. The fingerprint is a short hash of the sort and the filters
 the page was listed with: a cursor replayed with other filters or another sort would skip or repeat
 rows, so it is refused (400) instead. Cursors are not signed: they only narrow a query that is
 always scoped to the caller's team, so a forged cursor can reveal nothing a caller could not list.
+A refused cursor raises :class:`InvalidCursor`, which :mod:`api.problems` answers as a 400 whose detail
+starts with ``cursor:``, wherever it was raised (parsing here, or a sort key checked by a query).
 """
 
 from __future__ import annotations
@@ -14,15 +19,24 @@ import binascii
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from api.errors import BadRequest
+from api.http.bodies import field_error
 
 MAX_CURSOR_LENGTH = 2048
+DEFAULT_LIMIT, MAX_LIMIT = 20, 500
+NOT_VALID = "cursor is not valid; pass next_cursor from a previous page unchanged"
+Row = TypeVar("Row")
 
 
 class InvalidCursor(ValueError):
     """The cursor is malformed, or belongs to a listing with other filters or another sort."""
+
+    def __init__(self, message: str = NOT_VALID) -> None:
+        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -52,14 +66,14 @@ def decode_cursor(raw: str, fp: str) -> Cursor:
     try:
         data = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
     except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise InvalidCursor("cursor is not valid; pass next_cursor from a previous page unchanged") from None
+        raise InvalidCursor() from None
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("id"), str)
         or not isinstance(data.get("f"), str)
         or not (data.get("v") is None or isinstance(data.get("v"), str))
     ):
-        raise InvalidCursor("cursor is not valid; pass next_cursor from a previous page unchanged")
+        raise InvalidCursor()
     if data["f"] != fp:
         raise InvalidCursor("cursor belongs to a listing with other filters or another sort order")
     return Cursor(value=data["v"], row_id=data["id"])
@@ -82,10 +96,54 @@ def parse_timestamp_key(value: str | None) -> dt.datetime:
     return parsed.astimezone(dt.UTC)
 
 
-def parse_limit(raw: str | None, *, default: int = 20, maximum: int = 500) -> int:
+def parse_limit(raw: str | None, *, default: int = DEFAULT_LIMIT, maximum: int = MAX_LIMIT) -> int:
     """``limit`` query parameter: an integer 1..maximum; ValueError with a message otherwise."""
     if raw is None:
         return default
     if not raw.isascii() or not raw.isdigit() or len(raw) > 6 or not 1 <= int(raw) <= maximum:
         raise ValueError(f"limit must be an integer between 1 and {maximum}")
     return int(raw)
+
+
+def page_limit(
+    query: Mapping[str, str],
+    *,
+    default: int = DEFAULT_LIMIT,
+    maximum: int = MAX_LIMIT,
+    errors: list[dict[str, Any]] | None = None,
+) -> int:
+    """The ``limit`` query parameter; an invalid one is a 400.
+
+    An endpoint that reports all its bad parameters in one 422 passes ``errors`` instead: an invalid
+    limit is then a ``limit`` field error there, and ``default`` is returned so checking goes on.
+    """
+    try:
+        return parse_limit(query.get("limit"), default=default, maximum=maximum)
+    except ValueError as exc:
+        if errors is None:
+            raise BadRequest(str(exc)) from None
+        errors.append(field_error("limit", str(exc)))
+        return default
+
+
+def page_after(query: Mapping[str, str], fp: str) -> Cursor | None:
+    """Where the ``cursor`` query parameter continues this listing; None on a first page."""
+    raw = query.get("cursor")
+    return None if raw is None else decode_cursor(raw, fp)
+
+
+def split_page(rows: Sequence[Row], limit: int) -> tuple[list[Row], Row | None]:
+    """Rows fetched with ``LIMIT limit + 1``: the page, and its last row when another page follows."""
+    page = list(rows[:limit])
+    return page, (page[-1] if len(rows) > limit and page else None)
+
+
+def page_info(next_position: Cursor | None, fp: str) -> dict[str, Any]:
+    """A response's ``page_info``: whether another page follows, and the cursor that fetches it."""
+    next_cursor = encode_cursor(next_position, fp) if next_position is not None else None
+    return {"has_next_page": next_cursor is not None, "next_cursor": next_cursor}
+
+
+def single_page_info() -> dict[str, Any]:
+    """``page_info`` of a listing that always fits one page (same shape, so clients page uniformly)."""
+    return {"has_next_page": False, "next_cursor": None}

@@ -22,15 +22,30 @@ from aiohttp import web
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import BadRequest, Conflict, ResourceNotFound
 from api.auth import require
 from api.context import sessions
+from api.errors import Conflict, ResourceNotFound
 from api.factories.routes import load_factory
-from api.http.pagination import Cursor, InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
+from api.http.bodies import (
+    SMALL_BODY_BYTES,
+    fail_on,
+    field_error,
+    optional_string,
+    read_json_object,
+    unknown_fields,
+)
+from api.http.pagination import (
+    Cursor,
+    InvalidCursor,
+    fingerprint,
+    page_after,
+    page_info,
+    page_limit,
+    split_page,
+)
+from api.http.paths import API_V1
 from api.ingress.pipeline import ACCEPTED, STATUSES
-from api.management import PREFIX, fail_on, optional_string, read_body, unknown_fields
 from api.management.webhooks import load_webhook
-from api.problems import field_error
 from store import payload_filter
 from store.clock import rfc3339
 from store.models import Automation, AutomationWebhook, Delivery, Run, Webhook
@@ -101,11 +116,7 @@ async def list_deliveries(request: web.Request) -> web.Response:
     who = await require(request, "member")
     uid, wid = request.match_info["uid"], request.match_info["wid"]
     errors: list[dict[str, Any]] = []
-    limit = 50
-    try:
-        limit = parse_limit(request.query.get("limit"), default=50, maximum=200)
-    except ValueError as exc:
-        errors.append(field_error("limit", str(exc)))
+    limit = page_limit(request.query, default=50, maximum=200, errors=errors)
     statuses = sorted(set(request.query.getall("status", [])))
     for status in statuses:
         if status not in STATUSES:
@@ -117,27 +128,22 @@ async def list_deliveries(request: web.Request) -> web.Response:
     stmt = select(*_COLUMNS).where(Delivery.webhook_uid == wid, Delivery.team_id == who.team_id)
     if statuses:
         stmt = stmt.where(Delivery.status.in_(statuses))
-    raw = request.query.get("cursor")
-    if raw is not None:
-        try:
-            after = decode_cursor(raw, fp)
-        except InvalidCursor as exc:
-            raise BadRequest(f"cursor: {exc}") from None
+    after = page_after(request.query, fp)
+    if after is not None:
         if not after.row_id.isdigit():
-            raise BadRequest("cursor: cursor is not valid; pass next_cursor from a previous page unchanged")
+            raise InvalidCursor()
         stmt = stmt.where(Delivery.seq < int(after.row_id))
     async with sessions(request)() as session:
         await load_webhook(session, who.team_id, uid, wid)
-        rows = [Entry(*r) for r in await session.execute(stmt.order_by(Delivery.seq.desc()).limit(limit + 1))]
-        next_cursor = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            next_cursor = encode_cursor(Cursor(value=None, row_id=str(rows[-1].seq)), fp)
+        fetched = [
+            Entry(*r) for r in await session.execute(stmt.order_by(Delivery.seq.desc()).limit(limit + 1))
+        ]
+        rows, last = split_page(fetched, limit)
         runs = await _run_ids(session, wid, {r.delivery_id for r in rows if r.status == ACCEPTED})
     return web.json_response(
         {
             "deliveries": [delivery_json(r, runs.get(r.delivery_id, [])) for r in rows],
-            "page_info": {"has_next_page": next_cursor is not None, "next_cursor": next_cursor},
+            "page_info": page_info(Cursor(value=None, row_id=str(last.seq)) if last else None, fp),
         }
     )
 
@@ -231,7 +237,7 @@ def _pick(entries: list[Entry], selected: set[str]) -> Entry:
 async def filter_test(request: web.Request) -> web.Response:
     """``POST .../automations/{aid}/test-filter`` (member) ``{delivery_id, webhook_uid?}``."""
     who = await require(request, "member")
-    body = await read_body(request)
+    body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES)
     errors = unknown_fields(body, {"delivery_id", "webhook_uid"})
     delivery_id = optional_string(body, "delivery_id", errors)
     webhook_uid = optional_string(body, "webhook_uid", errors)
@@ -299,7 +305,7 @@ async def filter_test(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    base = PREFIX + "/factory/{uid}/webhooks/{wid}/deliveries"
+    base = API_V1 + "/factory/{uid}/webhooks/{wid}/deliveries"
     app.router.add_get(base, list_deliveries)
     app.router.add_get(base + "/{delivery_id:.+}", get_delivery)
-    app.router.add_post(PREFIX + "/factory/{uid}/automations/{aid}/test-filter", filter_test)
+    app.router.add_post(API_V1 + "/factory/{uid}/automations/{aid}/test-filter", filter_test)

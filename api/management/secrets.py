@@ -18,11 +18,11 @@ from aiohttp import web
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import Conflict, ResourceNotFound
 from api.auth import require
 from api.context import BOX, CLOCK, sessions
-from api.management import PREFIX, fail_on, read_body, read_optional_json, unknown_fields
-from api.problems import field_error
+from api.errors import Conflict, ResourceNotFound
+from api.http.bodies import SMALL_BODY_BYTES, fail_on, field_error, read_json_object, unknown_fields
+from api.http.paths import API_V1
 from store import secrets as secret_store
 from store.clock import rfc3339
 from store.models import Factory, Webhook
@@ -85,7 +85,7 @@ async def list_secrets(request: web.Request) -> web.Response:
 async def create_secret(request: web.Request) -> web.Response:
     """``POST /secrets`` (admin) ``{name, value?}`` -> 201; a generated value is returned once."""
     who = await require(request, "admin")
-    body = await read_body(request)
+    body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES)
     errors = unknown_fields(body, {"name", "value", "generate"})
     name = body.get("name")
     if not isinstance(name, str) or not secret_store.NAME_RE.match(name):
@@ -113,7 +113,7 @@ async def set_secret(request: web.Request) -> web.Response:
     """``PUT /secrets/{name}`` (admin) ``{value?}``: a new version; a generated value is returned once."""
     who = await require(request, "admin")
     name = request.match_info["name"]
-    body = await read_optional_json(request)
+    body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES, optional=True)
     errors = unknown_fields(body, {"value", "generate"})
     given = _value(body, errors)
     fail_on(errors)
@@ -149,7 +149,7 @@ async def delete_secret(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    app.router.add_get(PREFIX + "/secrets", list_secrets)
-    app.router.add_post(PREFIX + "/secrets", create_secret)
-    app.router.add_put(PREFIX + "/secrets/{name}", set_secret)
-    app.router.add_delete(PREFIX + "/secrets/{name}", delete_secret)
+    app.router.add_get(API_V1 + "/secrets", list_secrets)
+    app.router.add_post(API_V1 + "/secrets", create_secret)
+    app.router.add_put(API_V1 + "/secrets/{name}", set_secret)
+    app.router.add_delete(API_V1 + "/secrets/{name}", delete_secret)

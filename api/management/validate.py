@@ -19,11 +19,11 @@ from typing import Any
 from aiohttp import BodyPartReader, web
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import FeatureNotAvailable, PayloadTooLarge
 from api.auth import require
 from api.context import sessions
-from api.management import PREFIX, fail_on
-from api.problems import field_error, read_json_object
+from api.errors import FeatureNotAvailable, PayloadTooLarge
+from api.http.bodies import fail_on, field_error, read_json_object
+from api.http.paths import API_V1
 
 Validator = Callable[[AsyncSession, str, dict[str, bytes]], Awaitable[dict[str, Any]]]
 VALIDATOR: web.AppKey[Validator] = web.AppKey("factory_files_validator")
@@ -60,7 +60,8 @@ def check_files(files: dict[str, bytes]) -> None:
     fail_on(errors)
 
 
-async def _multipart(request: web.Request) -> dict[str, bytes]:
+async def _multipart_files(request: web.Request) -> dict[str, bytes]:
+    """Files from ``multipart/form-data``: each part's field name is the path; 413 over the total."""
     files: dict[str, bytes] = {}
     total = 0
     reader = await request.multipart()
@@ -77,7 +78,8 @@ async def _multipart(request: web.Request) -> dict[str, bytes]:
     return files
 
 
-async def _json(request: web.Request) -> dict[str, bytes]:
+async def _json_files(request: web.Request) -> dict[str, bytes]:
+    """Files from a JSON body: ``{path: content}``, or that mapping wrapped as ``{"files": {...}}``."""
     body = await read_json_object(request, max_bytes=MAX_TOTAL_BYTES)
     inner = body.get("files")
     mapping = inner if set(body) == {"files"} and isinstance(inner, dict) else body
@@ -97,9 +99,9 @@ async def validate_files(request: web.Request) -> web.Response:
     if validator is None:
         raise FeatureNotAvailable("this server was started without definition validation")
     if request.content_type.startswith("multipart/"):
-        files = await _multipart(request)
+        files = await _multipart_files(request)
     else:
-        files = await _json(request)
+        files = await _json_files(request)
     check_files(files)
     async with sessions(request)() as session:
         report = await validator(session, who.team_id, files)
@@ -107,4 +109,4 @@ async def validate_files(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    app.router.add_post(PREFIX + "/factory-files/validate", validate_files)
+    app.router.add_post(API_V1 + "/factory-files/validate", validate_files)

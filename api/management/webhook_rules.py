@@ -13,11 +13,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from api import ValidationFailed
+from api.errors import ValidationFailed
+from api.http.bodies import fail_on, field_error, optional_string, unknown_fields
 from api.ingress.signatures import canonical_scheme, generate_standard_webhooks_secret
 from api.ingress.signatures import standard_webhooks_secret_ok as sw_secret_ok
-from api.management import fail_on, optional_string, unknown_fields
-from api.problems import field_error
 from store import secrets as secret_store
 from store.schemes import SCHEMES
 

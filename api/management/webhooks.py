@@ -24,13 +24,21 @@ from sqlalchemy import select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import BadRequest, Conflict, ResourceNotFound, ValidationFailed
 from api.auth import require
 from api.context import BOX, CLOCK, SETTINGS, sessions
+from api.errors import Conflict, ResourceNotFound, ValidationFailed
 from api.factories.routes import load_factory
 from api.factories.serialize import webhook_json
-from api.http.pagination import Cursor, InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
-from api.management import PREFIX, fail_on, optional_string, read_body, read_optional_json, unknown_fields
+from api.http.bodies import (
+    SMALL_BODY_BYTES,
+    fail_on,
+    field_error,
+    optional_string,
+    read_json_object,
+    unknown_fields,
+)
+from api.http.pagination import Cursor, fingerprint, page_after, page_info, page_limit, split_page
+from api.http.paths import API_V1
 from api.management.webhook_rules import (
     MAX_WEBHOOKS,
     SIGNATURE,
@@ -42,7 +50,6 @@ from api.management.webhook_rules import (
     secret_problem,
     suggested_secret_name,
 )
-from api.problems import field_error
 from store import ids
 from store import secrets as secret_store
 from store.models import Factory, Webhook
@@ -92,7 +99,7 @@ async def _flush(session: AsyncSession, what: str) -> None:
 async def create_webhook(request: web.Request) -> web.Response:
     """``POST .../webhooks`` (admin): 201 with the webhook and, this once, its secret."""
     who = await require(request, "admin")
-    spec = parse_create(await read_body(request))
+    spec = parse_create(await read_json_object(request, max_bytes=SMALL_BODY_BYTES))
     clock, box = request.app[CLOCK], request.app[BOX]
     factory_uid = request.match_info["uid"]
     shown: str | None = None
@@ -168,33 +175,23 @@ async def list_webhooks(request: web.Request) -> web.Response:
     """``GET .../webhooks`` (member): live webhooks (enabled or not) by name, keyset-paginated."""
     who = await require(request, "member")
     factory_uid = request.match_info["uid"]
-    try:
-        limit = parse_limit(request.query.get("limit"), default=50, maximum=100)
-    except ValueError as exc:
-        raise ValidationFailed(str(exc), errors=[field_error("limit", str(exc))]) from None
+    errors: list[dict[str, Any]] = []
+    limit = page_limit(request.query, default=50, maximum=100, errors=errors)
+    fail_on(errors)
     fp = fingerprint({"list": "webhooks", "factory": factory_uid})
     stmt = select(Webhook).where(Webhook.factory_uid == factory_uid, Webhook.deleted_at.is_(None))
-    raw = request.query.get("cursor")
-    if raw is not None:
-        try:
-            after = decode_cursor(raw, fp)
-        except InvalidCursor as exc:
-            raise BadRequest(f"cursor: {exc}") from None
+    after = page_after(request.query, fp)
+    if after is not None:
         stmt = stmt.where(tuple_(Webhook.name, Webhook.uid) > tuple_(after.value or "", after.row_id))
     async with sessions(request)() as session:
         await load_factory(session, who.team_id, factory_uid)
-        rows = list(
-            (await session.execute(stmt.order_by(Webhook.name, Webhook.uid).limit(limit + 1))).scalars()
-        )
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = encode_cursor(Cursor(value=rows[-1].name, row_id=rows[-1].uid), fp)
+        fetched = (await session.execute(stmt.order_by(Webhook.name, Webhook.uid).limit(limit + 1))).scalars()
+        rows, last = split_page(list(fetched), limit)
     base = request.app[SETTINGS].base_url
     return web.json_response(
         {
             "webhooks": [webhook_view(r, base) for r in rows],
-            "page_info": {"has_next_page": next_cursor is not None, "next_cursor": next_cursor},
+            "page_info": page_info(Cursor(value=last.name, row_id=last.uid) if last else None, fp),
         }
     )
 
@@ -211,7 +208,7 @@ async def get_webhook(request: web.Request) -> web.Response:
 async def patch_webhook(request: web.Request) -> web.Response:
     """``PATCH .../webhooks/{wid}`` (admin) ``{enabled?, name?}``."""
     who = await require(request, "admin")
-    body = await read_body(request)
+    body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES)
     errors = unknown_fields(body, {"enabled", "name"})
     enabled = body.get("enabled")
     if "enabled" in body and not isinstance(enabled, bool):
@@ -252,7 +249,7 @@ async def patch_webhook(request: web.Request) -> web.Response:
 async def rotate_secret(request: web.Request) -> web.Response:
     """``POST .../{wid}/rotate-secret`` (admin) ``{secret?}``: a new secret, shown once."""
     who = await require(request, "admin")
-    body = await read_optional_json(request)
+    body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES, optional=True)
     errors = unknown_fields(body, {"secret"})
     given = optional_string(body, "secret", errors)
     fail_on(errors)
@@ -278,7 +275,7 @@ async def rotate_secret(request: web.Request) -> web.Response:
 async def supply_secret(request: web.Request) -> web.Response:
     """``POST .../{wid}/secret`` (admin) ``{secret}``: the provider's signing secret, after creation."""
     who = await require(request, "admin")
-    body = await read_body(request)
+    body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES)
     errors = unknown_fields(body, {"secret"})
     given = optional_string(body, "secret", errors)
     if given is None and not errors:
@@ -322,7 +319,7 @@ async def delete_webhook(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    base = PREFIX + "/factory/{uid}/webhooks"
+    base = API_V1 + "/factory/{uid}/webhooks"
     app.router.add_get(base, list_webhooks)
     app.router.add_post(base, create_webhook)
     app.router.add_get(base + "/{wid}", get_webhook)

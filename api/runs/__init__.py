@@ -1,1 +1,10 @@
-"""Runs: the run state machine, run store functions, the queue and the run API routes."""
+"""Runs: what a run is and how it changes, from the API request to the worker's claim.
+
+- :mod:`~api.runs.states` — the run state machine; :mod:`~api.runs.records` — run rows in the
+  database (create, read, keyset listing, cancel, follow-ups, logs);
+- :mod:`~api.runs.queue` and :mod:`~api.runs.claim_signal` — claims, leases and waking claimers;
+- :mod:`~api.runs.config`, :mod:`~api.runs.skills` and :mod:`~api.runs.prepare` — the agent
+  configuration, resolved and checked before a run is created;
+- :mod:`~api.runs.requests`, :mod:`~api.runs.serialize` and :mod:`~api.runs.routes` — the Run API
+  over HTTP (parsing, wire shapes, handlers).
+"""

@@ -1,4 +1,7 @@
-"""Run store functions: create, read, list (keyset), cancel, follow up. The caller owns the session.
+"""Run records in the database: create, read, list (keyset pages), cancel, follow up, read logs.
+
+Queries and writes only; the caller owns the session and the transaction (claims and leases are in
+:mod:`api.runs.queue`).
 
 Every state change goes through :func:`api.runs.states.transition` (via :func:`apply_event`) and
 bumps ``updated_at``. Reads and writes are always scoped to a team: another team's run is
@@ -15,7 +18,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Select, Table, and_, insert, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.http.pagination import Cursor, InvalidCursor, parse_timestamp_key, timestamp_key
+from api.http.pagination import Cursor, InvalidCursor, parse_timestamp_key, split_page, timestamp_key
 from api.runs.config import worker_host_of
 from api.runs.states import TERMINAL, RunEvent, RunState, Transition, transition
 from store import NotFound, ids
@@ -368,11 +371,9 @@ async def list_runs(session: AsyncSession, team_id: str, filters: RunFilters, pa
         stmt = stmt.order_by(column.desc(), Run.run_id.desc())
     else:
         stmt = stmt.order_by(column.asc(), Run.run_id.asc())
-    rows = list((await session.execute(stmt.limit(page.limit + 1))).scalars())
+    rows, last = split_page(list((await session.execute(stmt.limit(page.limit + 1))).scalars()), page.limit)
     position = None
-    if len(rows) > page.limit:
-        rows = rows[: page.limit]
-        last = rows[-1]
+    if last is not None:
         key_value = last.title if page.sort_by == "title" else timestamp_key(getattr(last, page.sort_by))
         position = Cursor(value=key_value, row_id=last.run_id)
     return RunPage(runs=rows, next_position=position, attachments=await attachment_names(session, rows))

@@ -2,7 +2,8 @@
 
 Pure functions (no I/O): bodies that break a rule raise :class:`api.ValidationFailed` (422) listing
 every offending field; an attachment over the size limit raises :class:`api.PayloadTooLarge` (413);
-bad query parameters raise :class:`api.BadRequest` (400). Unknown body fields are ignored.
+bad query parameters raise :class:`api.BadRequest` (400). Unknown body fields are ignored. Reading
+the body, ``limit`` and ``cursor`` is shared plumbing (:mod:`api.http`), done by the handlers.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 
 from multidict import MultiMapping
 
-from api import BadRequest, PayloadTooLarge, ValidationFailed
+from api.errors import BadRequest, PayloadTooLarge, ValidationFailed
+from api.http.bodies import field_error
 from api.runs.config import validate_config, validate_skill_spec
 from api.runs.records import NewAttachment, RunFilters
 from api.runs.states import RunState
@@ -58,38 +60,36 @@ class RunRequest:
     skill_field: str = "config.skill_spec"  # where the skill came from, for 422s at resolution
 
 
-def _err(field: str, message: str) -> dict[str, Any]:
-    return {"field": field, "message": message}
-
-
 def parse_run_request(body: Mapping[str, Any], *, max_attachment_bytes: int) -> RunRequest:
     errors: list[dict[str, Any]] = []
     for name in _STRING_FIELDS:
         if body.get(name) is not None and not isinstance(body[name], str):
-            errors.append(_err(name, "must be a string"))
+            errors.append(field_error(name, "must be a string"))
     if body.get("interactive") is not None and not isinstance(body["interactive"], bool):
-        errors.append(_err("interactive", "must be a boolean"))
+        errors.append(field_error("interactive", "must be a boolean"))
     for name in ("conversation_id", "parent_run_id", "agent_identity_uid", "mode"):
         if isinstance(body.get(name), str) and len(body[name]) > _ID_MAX:
-            errors.append(_err(name, f"must be at most {_ID_MAX} characters"))
+            errors.append(field_error(name, f"must be at most {_ID_MAX} characters"))
     errors += validate_config(body.get("config"))
     config = dict(body["config"]) if isinstance(body.get("config"), Mapping) else {}
     skill = body.get("skill")
     if isinstance(skill, str):
         if not validate_skill_spec(skill):
-            errors.append(_err("skill", "must be 'owner/repo:skill-name' or 'owner/repo:path/to/SKILL.md'"))
+            errors.append(
+                field_error("skill", "must be 'owner/repo:skill-name' or 'owner/repo:path/to/SKILL.md'")
+            )
         elif config.get("skill_spec") is not None:
-            errors.append(_err("skill", "give either skill or config.skill_spec, not both"))
+            errors.append(field_error("skill", "give either skill or config.skill_spec, not both"))
         else:
             config["skill_spec"] = skill
     prompt = body.get("prompt") if isinstance(body.get("prompt"), str) else None
     if not (prompt and prompt.strip()) and not config.get("skill_spec") and "prompt" not in _fields(errors):
-        errors.append(_err("prompt", "is required unless a skill is given"))
+        errors.append(field_error("prompt", "is required unless a skill is given"))
     if prompt is not None and len(prompt) > MAX_PROMPT:
-        errors.append(_err("prompt", f"must be at most {MAX_PROMPT} characters"))
+        errors.append(field_error("prompt", f"must be at most {MAX_PROMPT} characters"))
     title = body.get("title") if isinstance(body.get("title"), str) else None
     if title is not None and len(title) > MAX_TITLE:
-        errors.append(_err("title", f"must be at most {MAX_TITLE} characters"))
+        errors.append(field_error("title", f"must be at most {MAX_TITLE} characters"))
     errors += validate_metadata(body.get("metadata"))
     attachments, attachment_errors = parse_attachments(
         body.get("attachments"), max_bytes=max_attachment_bytes
@@ -124,17 +124,17 @@ def validate_metadata(value: Any, *, field: str = "metadata") -> list[dict[str, 
     if value is None:
         return []
     if not isinstance(value, Mapping):
-        return [_err(field, "must be an object of string values")]
+        return [field_error(field, "must be an object of string values")]
     errors: list[dict[str, Any]] = []
     if len(value) > MAX_METADATA_KEYS:
-        errors.append(_err(field, f"at most {MAX_METADATA_KEYS} keys"))
+        errors.append(field_error(field, f"at most {MAX_METADATA_KEYS} keys"))
     for key, item in value.items():
         if not _METADATA_KEY.match(key):
-            errors.append(_err(f"{field}.{key}", "keys must match [a-zA-Z0-9._-]{1,64}"))
+            errors.append(field_error(f"{field}.{key}", "keys must match [a-zA-Z0-9._-]{1,64}"))
         elif not isinstance(item, str):
-            errors.append(_err(f"{field}.{key}", "must be a string"))
+            errors.append(field_error(f"{field}.{key}", "must be a string"))
         elif len(item.encode("utf-8")) > MAX_METADATA_VALUE_BYTES:
-            errors.append(_err(f"{field}.{key}", f"must be at most {MAX_METADATA_VALUE_BYTES} bytes"))
+            errors.append(field_error(f"{field}.{key}", f"must be at most {MAX_METADATA_VALUE_BYTES} bytes"))
     return errors
 
 
@@ -143,16 +143,16 @@ def parse_attachments(value: Any, *, max_bytes: int) -> tuple[list[NewAttachment
     if value is None:
         return [], []
     if not isinstance(value, list):
-        return [], [_err("attachments", "must be an array")]
+        return [], [field_error("attachments", "must be an array")]
     if len(value) > MAX_ATTACHMENTS:
-        return [], [_err("attachments", f"at most {MAX_ATTACHMENTS} attachments")]
+        return [], [field_error("attachments", f"at most {MAX_ATTACHMENTS} attachments")]
     out: list[NewAttachment] = []
     errors: list[dict[str, Any]] = []
     seen: set[str] = set()
     for i, item in enumerate(value):
         where = f"attachments[{i}]"
         if not isinstance(item, Mapping):
-            errors.append(_err(where, "must be an object {file_name, mime_type, data}"))
+            errors.append(field_error(where, "must be an object {file_name, mime_type, data}"))
             continue
         name, mime, data = (
             item.get("file_name"),
@@ -160,15 +160,17 @@ def parse_attachments(value: Any, *, max_bytes: int) -> tuple[list[NewAttachment
             item.get("data"),
         )
         if not isinstance(name, str) or not _safe_file_name(name):
-            errors.append(_err(f"{where}.file_name", "must be a plain file name (no path), 1-255 characters"))
+            errors.append(
+                field_error(f"{where}.file_name", "must be a plain file name (no path), 1-255 characters")
+            )
         elif name in seen:
-            errors.append(_err(f"{where}.file_name", f"duplicate file name {name!r}"))
+            errors.append(field_error(f"{where}.file_name", f"duplicate file name {name!r}"))
         else:
             seen.add(name)
         if not isinstance(mime, str) or not 0 < len(mime) <= 200:
-            errors.append(_err(f"{where}.mime_type", "must be a string of 1-200 characters"))
+            errors.append(field_error(f"{where}.mime_type", "must be a string of 1-200 characters"))
         if not isinstance(data, str):
-            errors.append(_err(f"{where}.data", "must be a base64 string"))
+            errors.append(field_error(f"{where}.data", "must be a base64 string"))
             continue
         stripped = data.strip()
         decoded_len = len(stripped) * 3 // 4 - stripped[-2:].count("=")
@@ -177,7 +179,7 @@ def parse_attachments(value: Any, *, max_bytes: int) -> tuple[list[NewAttachment
         try:
             raw = base64.b64decode(stripped, validate=True)
         except (binascii.Error, ValueError):
-            errors.append(_err(f"{where}.data", "is not valid base64"))
+            errors.append(field_error(f"{where}.data", "is not valid base64"))
             continue
         if isinstance(name, str) and isinstance(mime, str):
             out.append(NewAttachment(file_name=name, mime_type=mime, data=raw))
@@ -216,11 +218,10 @@ class ListQuery:
     filters: RunFilters
     sort_by: str
     sort_order: str
-    cursor: str | None
 
 
 def parse_list_query(query: MultiMapping[str]) -> ListQuery:
-    """The filters and sort of ``GET /agent/runs`` (the limit is parsed by the caller)."""
+    """The filters and sort of ``GET /agent/runs`` (``limit`` and ``cursor`` are the caller's)."""
     states: list[str] = []
     for raw in query.getall("state", []):
         for part in raw.split(","):
@@ -259,4 +260,4 @@ def parse_list_query(query: MultiMapping[str]) -> ListQuery:
         automation_id=query.get("automation_id"),
         q=query.get("q") or None,
     )
-    return ListQuery(filters=filters, sort_by=sort_by, sort_order=sort_order, cursor=query.get("cursor"))
+    return ListQuery(filters=filters, sort_by=sort_by, sort_order=sort_order)

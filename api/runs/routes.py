@@ -15,11 +15,12 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from api import BadRequest, Conflict, ValidationFailed
 from api.auth import require
 from api.context import CLOCK, SETTINGS, sessions
-from api.http.pagination import InvalidCursor, decode_cursor, encode_cursor, fingerprint, parse_limit
-from api.problems import field_error, read_json_object
+from api.errors import BadRequest, Conflict, ValidationFailed
+from api.http.bodies import fail_on, field_error, read_json_object
+from api.http.pagination import fingerprint, page_after, page_info, page_limit
+from api.http.paths import API_V1
 from api.runs import records as runs
 from api.runs.claim_signal import wake_claimers
 from api.runs.config import resolve_config
@@ -30,7 +31,6 @@ from api.runs.states import IllegalTransition, RunState
 from store import NotFound
 from store.apikeys import Principal
 
-PREFIX = "/api/v1"
 CLI_SOURCE_HEADER = "X-Factory-Source"
 OPENAPI_PATH = Path(__file__).resolve().parents[2] / "schemas" / "openapi.yaml"
 OPENAPI_JSON = web.AppKey("openapi_json", str)
@@ -93,24 +93,17 @@ async def create_agent_run(request: web.Request) -> web.Response:
 
 async def list_agent_runs(request: web.Request) -> web.Response:
     who = await require(request, "member")
-    try:
-        limit = parse_limit(request.query.get("limit"))
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
+    limit = page_limit(request.query)
     query = parse_list_query(request.query)
     fp = fingerprint({"sort_by": query.sort_by, "sort_order": query.sort_order, **query.filters.params()})
-    try:
-        after = decode_cursor(query.cursor, fp) if query.cursor is not None else None
-        page = runs.PageRequest(limit=limit, sort_by=query.sort_by, sort_order=query.sort_order, after=after)
-        async with sessions(request)() as session:
-            result = await runs.list_runs(session, who.team_id, query.filters, page)
-    except InvalidCursor as exc:
-        raise BadRequest(f"cursor: {exc}") from None
-    next_cursor = encode_cursor(result.next_position, fp) if result.next_position else None
+    after = page_after(request.query, fp)
+    page = runs.PageRequest(limit=limit, sort_by=query.sort_by, sort_order=query.sort_order, after=after)
+    async with sessions(request)() as session:
+        result = await runs.list_runs(session, who.team_id, query.filters, page)
     return web.json_response(
         {
             "runs": [run_item(r, result.attachments.get(r.run_id, ())) for r in result.runs],
-            "page_info": {"has_next_page": next_cursor is not None, "next_cursor": next_cursor},
+            "page_info": page_info(result.next_position, fp),
         }
     )
 
@@ -135,8 +128,7 @@ async def followup_agent_run(request: web.Request) -> web.Response:
         errors.append(field_error("message", f"must be at most {MAX_PROMPT} characters"))
     if mode is not None and (not isinstance(mode, str) or len(mode) > 40):
         errors.append(field_error("mode", "must be a string of at most 40 characters"))
-    if errors:
-        raise ValidationFailed(f"{errors[0]['field']}: {errors[0]['message']}", errors=errors)
+    fail_on(errors)
     try:
         async with sessions(request)() as session, session.begin():
             followup, outcome = await runs.add_followup(
@@ -170,10 +162,7 @@ async def agent_run_logs(request: web.Request) -> web.Response:
     raw_after = request.query.get("after", "0")
     if not raw_after.isascii() or not raw_after.isdigit() or len(raw_after) > 18:
         raise BadRequest("after must be a non-negative integer (a log line id)")
-    try:
-        limit = parse_limit(request.query.get("limit"), default=200, maximum=MAX_LOG_LINES)
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
+    limit = page_limit(request.query, default=200, maximum=MAX_LOG_LINES)
     async with sessions(request)() as session:
         lines, more = await runs.list_logs(
             session, who.team_id, request.match_info["run_id"], after=int(raw_after), limit=limit
@@ -200,11 +189,11 @@ def load_openapi(path: Path = OPENAPI_PATH) -> dict[str, Any]:
 def setup(app: web.Application) -> None:
     app[OPENAPI_JSON] = json.dumps(load_openapi())
     install_resolver(app)
-    app.router.add_get(f"{PREFIX}/openapi.json", openapi_document)
-    app.router.add_post(f"{PREFIX}/agent/run", create_agent_run)
-    app.router.add_post(f"{PREFIX}/agent/runs", create_agent_run)
-    app.router.add_get(f"{PREFIX}/agent/runs", list_agent_runs)
-    app.router.add_get(PREFIX + "/agent/runs/{run_id}", get_agent_run)
-    app.router.add_post(PREFIX + "/agent/runs/{run_id}/followups", followup_agent_run)
-    app.router.add_post(PREFIX + "/agent/runs/{run_id}/cancel", cancel_agent_run)
-    app.router.add_get(PREFIX + "/agent/runs/{run_id}/logs", agent_run_logs)
+    app.router.add_get(f"{API_V1}/openapi.json", openapi_document)
+    app.router.add_post(f"{API_V1}/agent/run", create_agent_run)
+    app.router.add_post(f"{API_V1}/agent/runs", create_agent_run)
+    app.router.add_get(f"{API_V1}/agent/runs", list_agent_runs)
+    app.router.add_get(API_V1 + "/agent/runs/{run_id}", get_agent_run)
+    app.router.add_post(API_V1 + "/agent/runs/{run_id}/followups", followup_agent_run)
+    app.router.add_post(API_V1 + "/agent/runs/{run_id}/cancel", cancel_agent_run)
+    app.router.add_get(API_V1 + "/agent/runs/{run_id}/logs", agent_run_logs)

@@ -42,7 +42,7 @@ def test_list_query_normalises_states_and_aliases() -> None:
     )
     assert query.filters.states == ("QUEUED", "FAILED")
     assert query.filters.config_name == "n"
-    assert (query.sort_by, query.sort_order, query.cursor) == ("updated_at", "desc", None)
+    assert (query.sort_by, query.sort_order) == ("updated_at", "desc")
 
 
 def test_request_defaults_and_skill_shorthand() -> None:

@@ -1,0 +1,12 @@
+"""Route registration of the management API: every management module adds its own routes."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from api.management import deliveries, secrets, validate, webhooks
+
+
+def setup(app: web.Application) -> None:
+    for module in (webhooks, deliveries, secrets, validate):
+        module.setup(app)
