@@ -18,6 +18,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from api.http.bodies import field_error
+
 CONFIG_KEYS = (
     "name",
     "model_id",
@@ -70,11 +72,13 @@ def validate_config(obj: Any, *, field: str = "config") -> list[dict[str, Any]]:
     if obj is None:
         return []
     if not isinstance(obj, Mapping):
-        return [_err(field, "must be an object")]
+        return [field_error(field, "must be an object")]
     errors: list[dict[str, Any]] = []
     for key in obj:
         if key not in CONFIG_KEYS:
-            errors.append(_err(f"{field}.{key}", f"unknown config key; allowed: {', '.join(CONFIG_KEYS)}"))
+            errors.append(
+                field_error(f"{field}.{key}", f"unknown config key; allowed: {', '.join(CONFIG_KEYS)}")
+            )
     for key, limit in _SHORT_KEYS.items():
         errors += _check_string(obj.get(key), f"{field}.{key}", max_len=limit)
     errors += _check_string(obj.get("base_prompt"), f"{field}.base_prompt", max_len=MAX_BASE_PROMPT)
@@ -82,7 +86,9 @@ def validate_config(obj: Any, *, field: str = "config") -> list[dict[str, Any]]:
     skill_errors = _check_string(skill, f"{field}.skill_spec", max_len=500)
     if not skill_errors and skill is not None and not _SKILL_SPEC.match(skill):
         skill_errors.append(
-            _err(f"{field}.skill_spec", "must be 'owner/repo:skill-name' or 'owner/repo:path/to/SKILL.md'")
+            field_error(
+                f"{field}.skill_spec", "must be 'owner/repo:skill-name' or 'owner/repo:path/to/SKILL.md'"
+            )
         )
     errors += skill_errors
     errors += validate_mcp_servers(obj.get("mcp_servers"), field=f"{field}.mcp_servers")
@@ -99,14 +105,14 @@ def validate_mcp_servers(value: Any, *, field: str = "mcp_servers") -> list[dict
     if value is None:
         return []
     if not isinstance(value, Mapping):
-        return [_err(field, "must be an object mapping server names to MCPServerConfig")]
+        return [field_error(field, "must be an object mapping server names to MCPServerConfig")]
     if len(value) > MAX_MCP_SERVERS:
-        return [_err(field, f"at most {MAX_MCP_SERVERS} servers")]
+        return [field_error(field, f"at most {MAX_MCP_SERVERS} servers")]
     errors: list[dict[str, Any]] = []
     for name, server in value.items():
         where = f"{field}.{name}"
         if not _MCP_NAME.match(str(name)):
-            errors.append(_err(where, "server names must match [A-Za-z0-9._-]{1,64}"))
+            errors.append(field_error(where, "server names must match [A-Za-z0-9._-]{1,64}"))
             continue
         errors += _check_mcp_server(server, where)
     return errors
@@ -114,15 +120,17 @@ def validate_mcp_servers(value: Any, *, field: str = "mcp_servers") -> list[dict
 
 def _check_mcp_server(server: Any, where: str) -> list[dict[str, Any]]:
     if not isinstance(server, Mapping):
-        return [_err(where, "must be an object: {command, args?, env?} | {url, headers?} | {warp_id}")]
+        return [field_error(where, "must be an object: {command, args?, env?} | {url, headers?} | {warp_id}")]
     present = [t for t in _TRANSPORTS if t in server]
     if len(present) != 1:
         found = ", ".join(present) if present else "none"
-        return [_err(where, f"exactly one transport of command, url, warp_id is required (found: {found})")]
+        return [
+            field_error(where, f"exactly one transport of command, url, warp_id is required (found: {found})")
+        ]
     transport = present[0]
     allowed = {transport, *_TRANSPORTS[transport]}
     errors = [
-        _err(
+        field_error(
             f"{where}.{key}",
             f"not allowed with the {transport!r} transport; allowed: {', '.join(sorted(allowed))}",
         )
@@ -135,16 +143,16 @@ def _check_mcp_server(server: Any, where: str) -> list[dict[str, Any]]:
         and isinstance(server.get("url"), str)
         and not server["url"].startswith(("http://", "https://"))
     ):
-        errors.append(_err(f"{where}.url", "must be an http:// or https:// URL"))
+        errors.append(field_error(f"{where}.url", "must be an http:// or https:// URL"))
     args = server.get("args")
     if args is not None and (not isinstance(args, list) or not all(isinstance(a, str) for a in args)):
-        errors.append(_err(f"{where}.args", "must be a list of strings"))
+        errors.append(field_error(f"{where}.args", "must be a list of strings"))
     for key in ("env", "headers"):
         mapping = server.get(key)
         if mapping is not None and (
             not isinstance(mapping, Mapping) or not all(isinstance(v, str) for v in mapping.values())
         ):
-            errors.append(_err(f"{where}.{key}", "must be an object of string values"))
+            errors.append(field_error(f"{where}.{key}", "must be an object of string values"))
     return errors
 
 
@@ -154,27 +162,25 @@ def _check_harness(value: Any, where: str) -> list[dict[str, Any]]:
     if value is None:
         return []
     if not isinstance(value, Mapping):
-        return [_err(where, "must be an object {type: echo|command}")]
-    errors = [_err(f"{where}.{key}", "unknown harness key; allowed: type") for key in value if key != "type"]
+        return [field_error(where, "must be an object {type: echo|command}")]
+    errors = [
+        field_error(f"{where}.{key}", "unknown harness key; allowed: type") for key in value if key != "type"
+    ]
     if value.get("type") not in HARNESS_TYPES:
-        errors.append(_err(f"{where}.type", f"must be one of {', '.join(HARNESS_TYPES)}"))
+        errors.append(field_error(f"{where}.type", f"must be one of {', '.join(HARNESS_TYPES)}"))
     return errors
 
 
 def _check_string(value: Any, where: str, *, max_len: int, required: bool = False) -> list[dict[str, Any]]:
     if value is None:
-        return [_err(where, "is required")] if required else []
+        return [field_error(where, "is required")] if required else []
     if not isinstance(value, str):
-        return [_err(where, "must be a string")]
+        return [field_error(where, "must be a string")]
     if not value.strip():
-        return [_err(where, "must not be empty")]
+        return [field_error(where, "must not be empty")]
     if len(value) > max_len:
-        return [_err(where, f"must be at most {max_len} characters")]
+        return [field_error(where, f"must be at most {max_len} characters")]
     return []
-
-
-def _err(field: str, message: str) -> dict[str, Any]:
-    return {"field": field, "message": message}
 
 
 def worker_host_of(value: str | None) -> str:

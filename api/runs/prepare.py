@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import ValidationFailed
 from api.context import SETTINGS
+from api.http.bodies import field_error
 from api.runs.skills import ResolvedSkill, SkillResolver, SkillUnavailable, factory_repositories
 from store.models import Environment, Factory, Secret
 
@@ -114,7 +115,7 @@ async def finalize_config(
         try:
             skill = await resolve_skill(session, resolver, team_id, spec)
         except SkillUnavailable as exc:
-            errors.append({"field": skill_field or f"{field}.skill_spec", "message": str(exc)})
+            errors.append(field_error(skill_field or f"{field}.skill_spec", str(exc)))
         else:
             out.update(with_skill(out, skill))
     needed: list[tuple[str, str]] = [
@@ -124,7 +125,7 @@ async def finalize_config(
     if isinstance(env_id, str) and env_id:
         environment = await find_environment(session, team_id, env_id)
         if environment is None:
-            errors.append({"field": f"{field}.environment_id", "message": f"unknown environment {env_id!r}"})
+            errors.append(field_error(f"{field}.environment_id", f"unknown environment {env_id!r}"))
         else:
             names = (environment.spec or {}).get("secrets") or []
             needed += [(f"{field}.environment_id", str(n)) for n in names if isinstance(n, str)]
@@ -134,7 +135,7 @@ async def finalize_config(
         existing = set((await session.execute(stmt)).scalars())
         for where, name in needed:
             if name not in existing:
-                errors.append({"field": where, "message": f"team secret {name!r} does not exist"})
+                errors.append(field_error(where, f"team secret {name!r} does not exist"))
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
