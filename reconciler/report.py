@@ -17,11 +17,13 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from reconciler.diagnostics import RULES, Diagnostic
-from reconciler.loader import LoadResult
+
+if TYPE_CHECKING:  # an annotation only: `validate --server` renders without loading the loader
+    from reconciler.loader import LoadResult
 
 FORMATS = ("text", "json", "github", "sarif")
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

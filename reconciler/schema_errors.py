@@ -14,9 +14,10 @@ import difflib
 import re
 from collections.abc import Callable, Iterable
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema.exceptions import ValidationError
+if TYPE_CHECKING:  # jsonschema itself is only needed to explain an invalid file (via schemas.validator)
+    from jsonschema.exceptions import ValidationError
 
 try:  # an accelerator: the same verdicts, ~15x faster for files that are valid
     import fastjsonschema

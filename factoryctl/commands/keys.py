@@ -9,11 +9,9 @@ import sys
 from typing import Any
 
 from factoryctl.context import CliContext
-from store import StoreError
-from store import apikeys as key_store
-from store.clock import SystemClock, rfc3339
-from store.db import session_factory
-from store.teams import ensure_team
+
+# The store (SQLAlchemy) is imported when a verb runs, not for --help.
+ROLES = ("admin", "member", "worker")  # store.apikeys.ROLES (tests/unit/cli keeps them equal)
 
 
 def register(sub: Any) -> None:
@@ -21,7 +19,7 @@ def register(sub: Any) -> None:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     create = verbs.add_parser("create", help="create a key; prints it once")
     create.add_argument("--name", required=True)
-    create.add_argument("--role", required=True, choices=key_store.ROLES)
+    create.add_argument("--role", required=True, choices=ROLES)
     create.add_argument("--worker-host", action="append", default=[], metavar="ID", help="repeatable")
     create.add_argument("--team", default="default")
     create.set_defaults(handler=_create)
@@ -36,6 +34,12 @@ def register(sub: Any) -> None:
 
 
 def _create(ctx: CliContext, args: argparse.Namespace) -> int:
+    from store import StoreError
+    from store import apikeys as key_store
+    from store.clock import SystemClock
+    from store.db import session_factory
+    from store.teams import ensure_team
+
     async def go() -> str:
         async with ctx.engine() as engine, session_factory(engine)() as s, s.begin():
             team = await ensure_team(s, args.team)
@@ -55,6 +59,11 @@ def _create(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def _list(ctx: CliContext, args: argparse.Namespace) -> int:
+    from store import apikeys as key_store
+    from store.clock import rfc3339
+    from store.db import session_factory
+    from store.teams import ensure_team
+
     async def go() -> list[dict[str, Any]]:
         async with ctx.engine() as engine, session_factory(engine)() as s:
             team = await ensure_team(s, args.team)
@@ -85,6 +94,12 @@ def _list(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def _revoke(ctx: CliContext, args: argparse.Namespace) -> int:
+    from store import StoreError
+    from store import apikeys as key_store
+    from store.clock import SystemClock
+    from store.db import session_factory
+    from store.teams import ensure_team
+
     async def go() -> None:
         async with ctx.engine() as engine, session_factory(engine)() as s, s.begin():
             team = await ensure_team(s, args.team)

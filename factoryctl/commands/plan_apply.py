@@ -18,14 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from factoryctl.context import CliContext, use_color
-from reconciler.plan import Plan, render_change, render_text, summary_line
-from store.clock import SystemClock
-from store.db import session_factory
-from store.teams import DEFAULT_TEAM
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the store (SQLAlchemy) and the reconciler are imported when a command runs
+    from reconciler.plan import Plan
     from reconciler.service import ReconcileOutcome
 
+DEFAULT_TEAM = "default"  # store.teams.DEFAULT_TEAM (tests/unit/cli keeps them equal)
 CONFIRM = "Do you want to perform these actions? Only 'yes' will be accepted: "
 
 
@@ -52,7 +50,9 @@ def register(sub: Any) -> None:
 def _run(
     ctx: CliContext, args: argparse.Namespace, *, dry_run: bool, expected: str | None = None
 ) -> ReconcileOutcome:
-    from reconciler.service import reconcile  # imported when used: it pulls in the loader and schemas
+    from reconciler.service import reconcile
+    from store.clock import SystemClock
+    from store.db import session_factory
 
     async def go() -> ReconcileOutcome:
         async with ctx.engine() as engine:
@@ -98,6 +98,8 @@ def _plan_json(plan: Plan, result: ReconcileOutcome) -> dict[str, Any]:
 
 
 def _plan(ctx: CliContext, args: argparse.Namespace) -> int:
+    from reconciler.plan import render_text
+
     result = _run(ctx, args, dry_run=True)
     if not result.ok or result.plan is None:
         return _report_failure(result, args.format)
@@ -120,6 +122,8 @@ def _confirm() -> bool:
 
 
 def _apply(ctx: CliContext, args: argparse.Namespace) -> int:
+    from reconciler.plan import render_text
+
     expected: str | None = None
     previewed = False
     if not args.auto_approve:
@@ -157,6 +161,8 @@ def _apply(ctx: CliContext, args: argparse.Namespace) -> int:
 
 def _print_applied(plan: Plan, *, shown: bool) -> None:
     """After apply: every change with its UID (only the created ones if the plan was already shown)."""
+    from reconciler.plan import render_change, summary_line
+
     if not plan.has_changes:
         if not shown:
             print(summary_line(plan))

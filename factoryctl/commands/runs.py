@@ -1,9 +1,8 @@
 """``factoryctl runs create|list|get|followup|cancel|logs``: the Run API over HTTP (:mod:`factoryctl.client`).
 
-The server comes from ``--server`` (else ``FACTORY_API_URL``, else http://127.0.0.1:8080) and the key
-from ``FACTORY_API_KEY``. Requests carry ``X-Factory-Source: CLI`` so runs record their source.
-``--format json`` prints the API's JSON unchanged (stable: it is the documented wire format).
-Errors print the problem's status, error code, detail and field errors to stderr and exit 1.
+Client, exit codes and error output come from :mod:`factoryctl.commands._http`, shared with every
+HTTP verb (``docs/cli.md``). ``--format json`` prints the API's JSON unchanged (stable: it is the
+documented wire format).
 """
 
 from __future__ import annotations
@@ -11,22 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+from factoryctl.commands._http import UsageError, common_options, handler
 
-from factoryctl import __version__
-from factoryctl.client import (
-    APIConnectionError,
-    APIError,
-    APIStatusError,
-    Attachment,
-    FactoryClient,
-    RawResponse,
-)
-from factoryctl.context import CliContext
+if TYPE_CHECKING:  # the client (httpx) is imported when a verb runs, not for --help
+    from factoryctl.client import FactoryClient, RawResponse
 
 STATES = (
     "PENDING",
@@ -42,16 +32,10 @@ STATES = (
 SOURCES = ("API", "CLI", "CUSTOM_WEBHOOK", "FACTORY")
 
 
-class CliError(Exception):
-    """A failure found before or around a call, reported on stderr (exit 1)."""
-
-
 def register(sub: Any) -> None:
     parser = sub.add_parser("runs", help="create, list, inspect, follow up and cancel runs (HTTP API)")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", metavar="URL", help="API base URL (env FACTORY_API_URL)")
-    common.add_argument("--format", choices=("text", "json"), default="text")
+    common = common_options()
 
     create = verbs.add_parser("create", parents=[common], help="start a run")
     create.add_argument("--prompt", help="the prompt ('-' reads stdin); optional with --skill")
@@ -72,7 +56,7 @@ def register(sub: Any) -> None:
         "--attach", action="append", default=[], metavar="FILE", help="attach a file (repeatable)"
     )
     create.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
-    create.set_defaults(handler=_create)
+    create.set_defaults(handler=handler(_create))
 
     lst = verbs.add_parser("list", parents=[common], help="list runs, newest-updated first")
     lst.add_argument(
@@ -93,73 +77,31 @@ def register(sub: Any) -> None:
     lst.add_argument("--limit", type=int, default=20, help="page size 1-500 (default 20)")
     lst.add_argument("--cursor")
     lst.add_argument("--all", action="store_true", help="follow next_cursor through every page")
-    lst.set_defaults(handler=_list)
+    lst.set_defaults(handler=handler(_list))
 
     get = verbs.add_parser("get", parents=[common], help="show one run")
     get.add_argument("run_id", metavar="RUN_ID")
-    get.set_defaults(handler=_get)
+    get.set_defaults(handler=handler(_get))
 
     fol = verbs.add_parser("followup", parents=[common], help="send a follow-up message to a run")
     fol.add_argument("run_id", metavar="RUN_ID")
     fol.add_argument("--message", required=True, help="the message ('-' reads stdin)")
     fol.add_argument("--mode")
-    fol.set_defaults(handler=_followup)
+    fol.set_defaults(handler=handler(_followup))
 
     cancel = verbs.add_parser("cancel", parents=[common], help="cancel a run")
     cancel.add_argument("run_id", metavar="RUN_ID")
-    cancel.set_defaults(handler=_cancel)
+    cancel.set_defaults(handler=handler(_cancel))
 
     logs = verbs.add_parser("logs", parents=[common], help="print a run's log lines")
     logs.add_argument("run_id", metavar="RUN_ID")
     logs.add_argument("--after", type=int, default=0, help="only lines after this id")
-    logs.set_defaults(handler=_logs)
-
-
-def _problem_text(status: int, body: Any) -> str:
-    if not isinstance(body, dict):
-        return f"error: HTTP {status}"
-    lines = [f"error: {status} {body.get('error_code', '')}: {body.get('detail') or body.get('title', '')}"]
-    for item in body.get("errors") or []:
-        if isinstance(item, dict):
-            lines.append(f"  - {item.get('field')}: {item.get('message')}")
-    return "\n".join(lines)
-
-
-def open_client(ctx: CliContext, args: argparse.Namespace) -> FactoryClient:
-    """The typed API client (retries, timeouts) for ``--server`` and ``FACTORY_API_KEY``."""
-    key = ctx.api_key()
-    if not key:
-        raise CliError("error: FACTORY_API_KEY is not set (create one with 'factoryctl keys create')")
-    return FactoryClient(
-        ctx.api_url(args.server),
-        key,
-        timeout=httpx.Timeout(60.0, connect=10.0),
-        default_headers={"X-Factory-Source": "CLI", "User-Agent": f"factoryctl/{__version__}"},
-    )
+    logs.set_defaults(handler=handler(_logs))
 
 
 def wire(raw: RawResponse[Any]) -> Any:
     """The API's JSON exactly as sent (``--format json`` prints it unchanged)."""
     return raw.http_response.json()
-
-
-def _run_verb(ctx: CliContext, args: argparse.Namespace, action: Callable[[FactoryClient], None]) -> int:
-    try:
-        with open_client(ctx, args) as client:
-            action(client)
-    except APIStatusError as exc:
-        problem = exc.body if isinstance(exc.body, dict) else None
-        if args.format == "json" and problem is not None:
-            print(json.dumps(problem, indent=2))
-        print(_problem_text(exc.status_code, exc.body), file=sys.stderr)
-        return 1
-    except APIConnectionError as exc:
-        print(f"error: cannot reach {ctx.api_url(args.server)}: {exc.message}", file=sys.stderr)
-        return 1
-    except (APIError, CliError) as exc:
-        print(str(exc) if isinstance(exc, CliError) else f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -175,7 +117,7 @@ def _pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise CliError(f"error: {flag} expects NAME=VALUE, got {item!r}")
+            raise UsageError(f"{flag} expects NAME=VALUE, got {item!r}")
         out.append((name, value))
     return out
 
@@ -197,18 +139,20 @@ def create_request(args: argparse.Namespace) -> dict[str, Any]:
         try:
             servers[name] = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise CliError(f"error: --mcp {name}: not valid JSON ({exc})") from None
+            raise UsageError(f"--mcp {name}: not valid JSON ({exc})") from None
     if servers:
         config["mcp_servers"] = servers
+    from factoryctl.client import Attachment
+
     attachments = []
     for name in args.attach:
         try:
             attachments.append(Attachment.from_path(Path(name)))
         except OSError as exc:
-            raise CliError(f"error: --attach {name}: {exc.strerror}") from None
+            raise UsageError(f"--attach {name}: {exc.strerror}") from None
     prompt = _read_arg(args.prompt) if args.prompt is not None else None
     if prompt is None and "skill_spec" not in config:
-        raise CliError("error: give --prompt (or --skill)")
+        raise UsageError("give --prompt (or --skill)")
     return {
         "prompt": prompt,
         "title": args.title or None,
@@ -218,12 +162,9 @@ def create_request(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _create(ctx: CliContext, args: argparse.Namespace) -> int:
-    def go(client: FactoryClient) -> None:
-        result = wire(client.with_raw_response.runs.create(**create_request(args)))
-        _emit(args, result, f"{result['run_id']}  {result['state']}")
-
-    return _run_verb(ctx, args, go)
+def _create(client: FactoryClient, args: argparse.Namespace) -> None:
+    result = wire(client.with_raw_response.runs.create(**create_request(args)))
+    _emit(args, result, f"{result['run_id']}  {result['state']}")
 
 
 def _list_filters(args: argparse.Namespace) -> dict[str, Any]:
@@ -245,29 +186,26 @@ def _list_filters(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _list(ctx: CliContext, args: argparse.Namespace) -> int:
-    def go(client: FactoryClient) -> None:
-        runs: list[dict[str, Any]] = []
-        cursor = args.cursor
-        while True:
-            page = wire(client.with_raw_response.runs.list(cursor=cursor, **_list_filters(args)))
-            runs += page["runs"]
-            cursor = page["page_info"]["next_cursor"]
-            if not args.all or not cursor:
-                break
-        if args.format == "json":
-            info = {"has_next_page": bool(cursor), "next_cursor": cursor}
-            print(json.dumps({"runs": runs, "page_info": info}, indent=2))
-            return
-        if runs:
-            print(f"{'RUN ID':<30} {'STATE':<10} {'UPDATED':<24} {'SOURCE':<14} TITLE")
-        for run in runs:
-            stamp = run["updated_at"]
-            print(f"{run['run_id']:<30} {run['state']:<10} {stamp:<24} {run['source']:<14} {run['title']}")
-        if cursor:
-            print(f"more runs: --cursor {cursor}", file=sys.stderr)
-
-    return _run_verb(ctx, args, go)
+def _list(client: FactoryClient, args: argparse.Namespace) -> None:
+    runs: list[dict[str, Any]] = []
+    cursor = args.cursor
+    while True:
+        page = wire(client.with_raw_response.runs.list(cursor=cursor, **_list_filters(args)))
+        runs += page["runs"]
+        cursor = page["page_info"]["next_cursor"]
+        if not args.all or not cursor:
+            break
+    if args.format == "json":
+        info = {"has_next_page": bool(cursor), "next_cursor": cursor}
+        print(json.dumps({"runs": runs, "page_info": info}, indent=2))
+        return
+    if runs:
+        print(f"{'RUN ID':<30} {'STATE':<10} {'UPDATED':<24} {'SOURCE':<14} TITLE")
+    for run in runs:
+        stamp = run["updated_at"]
+        print(f"{run['run_id']:<30} {run['state']:<10} {stamp:<24} {run['source']:<14} {run['title']}")
+    if cursor:
+        print(f"more runs: --cursor {cursor}", file=sys.stderr)
 
 
 def _run_text(run: dict[str, Any]) -> str:
@@ -310,49 +248,37 @@ def _run_text(run: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _get(ctx: CliContext, args: argparse.Namespace) -> int:
-    def go(client: FactoryClient) -> None:
-        run = wire(client.with_raw_response.runs.get(args.run_id))
-        _emit(args, run, _run_text(run))
-
-    return _run_verb(ctx, args, go)
+def _get(client: FactoryClient, args: argparse.Namespace) -> None:
+    run = wire(client.with_raw_response.runs.get(args.run_id))
+    _emit(args, run, _run_text(run))
 
 
-def _followup(ctx: CliContext, args: argparse.Namespace) -> int:
-    def go(client: FactoryClient) -> None:
-        raw = client.with_raw_response.runs.followup(args.run_id, _read_arg(args.message), mode=args.mode)
-        result = wire(raw)
-        _emit(args, result, f"{result['followup_id']}  {result['outcome']}")
-
-    return _run_verb(ctx, args, go)
+def _followup(client: FactoryClient, args: argparse.Namespace) -> None:
+    raw = client.with_raw_response.runs.followup(args.run_id, _read_arg(args.message), mode=args.mode)
+    result = wire(raw)
+    _emit(args, result, f"{result['followup_id']}  {result['outcome']}")
 
 
-def _cancel(ctx: CliContext, args: argparse.Namespace) -> int:
-    def go(client: FactoryClient) -> None:
-        run_id = client.runs.cancel(args.run_id)
-        if args.format == "json":
-            print(json.dumps(run_id))
-            return
-        state = client.runs.get(run_id).state
-        done = "cancelled" if state == "CANCELLED" else f"cancel requested (still {state})"
-        print(f"{run_id}  {done}")
-
-    return _run_verb(ctx, args, go)
+def _cancel(client: FactoryClient, args: argparse.Namespace) -> None:
+    run_id = client.runs.cancel(args.run_id)
+    if args.format == "json":
+        print(json.dumps(run_id))
+        return
+    state = client.runs.get(run_id).state
+    done = "cancelled" if state == "CANCELLED" else f"cancel requested (still {state})"
+    print(f"{run_id}  {done}")
 
 
-def _logs(ctx: CliContext, args: argparse.Namespace) -> int:
-    def go(client: FactoryClient) -> None:
-        after, lines = args.after, []
-        while True:
-            page = wire(client.with_raw_response.runs.logs(args.run_id, after=after, limit=1000))
-            lines += page["logs"]
-            after = page["next_after"]
-            if not page["has_more"]:
-                break
-        if args.format == "json":
-            print(json.dumps({"logs": lines, "next_after": after}, indent=2))
-            return
-        for line in lines:
-            print(line["text"], file=sys.stderr if line["stream"] == "stderr" else sys.stdout)
-
-    return _run_verb(ctx, args, go)
+def _logs(client: FactoryClient, args: argparse.Namespace) -> None:
+    after, lines = args.after, []
+    while True:
+        page = wire(client.with_raw_response.runs.logs(args.run_id, after=after, limit=1000))
+        lines += page["logs"]
+        after = page["next_after"]
+        if not page["has_more"]:
+            break
+    if args.format == "json":
+        print(json.dumps({"logs": lines, "next_after": after}, indent=2))
+        return
+    for line in lines:
+        print(line["text"], file=sys.stderr if line["stream"] == "stderr" else sys.stdout)

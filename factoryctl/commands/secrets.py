@@ -16,18 +16,16 @@ import asyncio
 import getpass
 import json
 import sys
-from typing import Any
-
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import TYPE_CHECKING, Any
 
 from factoryctl.context import CliContext
-from store import StoreError
-from store import secrets as secret_store
-from store.clock import SystemClock, rfc3339
-from store.db import session_factory
-from store.models import Factory, Webhook
-from store.teams import DEFAULT_TEAM, ensure_team
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) is imported when a verb runs, not for --help
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from store import secrets as secret_store
+
+DEFAULT_TEAM = "default"  # store.teams.DEFAULT_TEAM (tests/unit/cli keeps them equal)
 
 
 class _NoValue(Exception):
@@ -61,6 +59,8 @@ def register(sub: Any) -> None:
 
 def _read_value(args: argparse.Namespace) -> str:
     if args.generate:
+        from store import secrets as secret_store
+
         return secret_store.generate_value()
     if args.from_stdin:
         value = sys.stdin.read()
@@ -77,6 +77,10 @@ def _read_value(args: argparse.Namespace) -> str:
 
 async def _referencing(session: AsyncSession, team_id: str, name: str) -> list[str]:
     """``factory/webhook`` names of live webhooks that use secret ``name``."""
+    from sqlalchemy import select
+
+    from store.models import Factory, Webhook
+
     stmt = (
         select(Factory.name, Webhook.name)
         .join(Factory, Factory.uid == Webhook.factory_uid)
@@ -87,6 +91,12 @@ async def _referencing(session: AsyncSession, team_id: str, name: str) -> list[s
 
 
 def _write(ctx: CliContext, args: argparse.Namespace, *, create: bool) -> int:
+    from store import StoreError
+    from store import secrets as secret_store
+    from store.clock import SystemClock
+    from store.db import session_factory
+    from store.teams import ensure_team
+
     try:
         value = _read_value(args)
     except _NoValue as exc:
@@ -127,6 +137,11 @@ def _set(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def _list(ctx: CliContext, args: argparse.Namespace) -> int:
+    from store import secrets as secret_store
+    from store.clock import rfc3339
+    from store.db import session_factory
+    from store.teams import ensure_team
+
     async def go() -> list[secret_store.SecretInfo]:
         async with ctx.engine() as engine, session_factory(engine)() as s, s.begin():
             team = await ensure_team(s, args.team)
@@ -155,6 +170,11 @@ def _list(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def _delete(ctx: CliContext, args: argparse.Namespace) -> int:
+    from store import StoreError
+    from store import secrets as secret_store
+    from store.db import session_factory
+    from store.teams import ensure_team
+
     async def go() -> list[str]:
         async with ctx.engine() as engine, session_factory(engine)() as s, s.begin():
             team = await ensure_team(s, args.team)

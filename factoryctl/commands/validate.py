@@ -2,34 +2,31 @@
 
 Offline by default (schemas and cross-file rules). With a store (the global ``--database`` or
 ``FACTORY_DATABASE_URL``) it also runs the online checks for team ``default``: secrets exist and
-have the right shape, and referenced webhook UIDs exist in the factory. Exit codes: 0 valid,
-1 invalid (or the store could not be read), 2 usage error.
+have the right shape, and referenced webhook UIDs exist in the factory. With ``--server`` the
+server runs them instead. Exit codes: 0 valid, 1 invalid (or the store could not be read, or the
+server refused the call), 2 usage error, 3 the server could not be reached (``docs/cli.md``).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy import select
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import TYPE_CHECKING, Any
 
 from factoryctl import __version__
 from factoryctl.context import CliContext, use_color
-from reconciler import online, rules
-from reconciler.diagnostics import Diagnostic
-from reconciler.loader import LoadResult, load_many
-from reconciler.report import FORMATS, FactoryReport, is_valid, render
-from store import StoreError
-from store.db import session_factory
-from store.models import Factory, Team, Webhook
-from store.teams import DEFAULT_TEAM
+from reconciler.report import FORMATS
+
+# Imported where used, so an offline run loads the loader and the rules only: the store (SQLAlchemy)
+# only with a database, the client (httpx) only with --server. `docs/cli.md`, "Start-up".
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from factoryctl.client import FactoryClient
+    from reconciler.diagnostics import Diagnostic
+    from reconciler.loader import LoadResult
 
 
 def register(sub: Any) -> None:  # argparse subparsers
@@ -50,41 +47,67 @@ def register(sub: Any) -> None:  # argparse subparsers
 
 
 def _remote(ctx: CliContext, args: argparse.Namespace) -> int:
-    """``--server``: the server runs the full validation (POST /api/v1/factory-files/validate)."""
-    from factoryctl.client import APIError
-    from factoryctl.client.files import validate_remote
+    """``--server``: the server runs the full validation (POST /api/v1/factory-files/validate).
+
+    Through the shared HTTP runner: a refused call exits 1 like invalid definitions, a server that
+    cannot be reached exits 3 (``docs/cli.md``).
+    """
+    from factoryctl.commands import _http
 
     fmt = args.format or ("github" if ctx.env.get("GITHUB_ACTIONS") == "true" else "text")
-    server, key = ctx.api_url(args.server), ctx.api_key()
-    if not key:
+    if not ctx.api_key():
         print("factoryctl validate: --server needs an API key in FACTORY_API_KEY", file=sys.stderr)
-        return 2
-    try:
-        data = validate_remote(server, key, args.paths)
-    except APIError as exc:
-        print(f"factoryctl validate: {server}: {exc}", file=sys.stderr)
-        return 1
-    fields = ("rule", "message", "path", "line", "column", "hint", "severity")
-    reports = [
-        FactoryReport(
-            f["path"],
-            f.get("name"),
-            int(f.get("files") or 0),
-            tuple(Diagnostic(**{k: e[k] for k in fields if k in e}) for e in f["errors"]),
-        )
-        for f in data["factories"]
-    ]
-    color = fmt == "text" and use_color(sys.stdout)
-    sys.stdout.write(render(fmt, reports, color=color, tool_version=__version__))
-    return 0 if is_valid(reports) else 1
+        return _http.EXIT_USAGE
+
+    def check(client: FactoryClient) -> int:
+        from reconciler.diagnostics import Diagnostic
+        from reconciler.report import FactoryReport, is_valid, render
+
+        data = _validate_remote(client, args.paths)
+        fields = ("rule", "message", "path", "line", "column", "hint", "severity")
+        reports = [
+            FactoryReport(
+                f["path"],
+                f.get("name"),
+                int(f.get("files") or 0),
+                tuple(Diagnostic(**{k: e[k] for k in fields if k in e}) for e in f["errors"]),
+            )
+            for f in data["factories"]
+        ]
+        color = fmt == "text" and use_color(sys.stdout)
+        sys.stdout.write(render(fmt, reports, color=color, tool_version=__version__))
+        return 0 if is_valid(reports) else 1
+
+    return _http.run(ctx, args, check)
+
+
+def _validate_remote(client: FactoryClient, paths: Sequence[str]) -> dict[str, Any]:
+    """:func:`factoryctl.client.files.validate_remote` on the CLI's client (its headers and timeout)."""
+    from factoryctl.client.files import _not_a_factory, collect_files, merge
+
+    answers = []
+    for root in paths:
+        files = collect_files(Path(root))
+        answers.append((root, client.files.validate(files).raw if files else _not_a_factory(root)))
+    return merge(answers)
 
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
     if args.server:
         return _remote(ctx, args)
+    from reconciler import rules
+    from reconciler.loader import load_many
+    from reconciler.report import FactoryReport, is_valid, render
+
     fmt = args.format or ("github" if ctx.env.get("GITHUB_ACTIONS") == "true" else "text")
     results = load_many(Path(p) for p in args.paths)
     if args.database or ctx.env.get("FACTORY_DATABASE_URL"):
+        import asyncio
+
+        from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+        from store import StoreError
+
         try:
             extra = asyncio.run(_online(ctx, results))
         except (StoreError, SQLAlchemyError, ArgumentError, OSError) as exc:
@@ -104,6 +127,9 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
@@ -111,6 +137,13 @@ def _safe_url(url: str) -> str:
 
 
 async def _online(ctx: CliContext, results: Sequence[LoadResult]) -> list[list[Diagnostic]]:
+    from sqlalchemy import select
+
+    from reconciler import online, rules
+    from store.db import session_factory
+    from store.models import Team
+    from store.teams import DEFAULT_TEAM
+
     out: list[list[Diagnostic]] = []
     box = ctx.secret_box()
     async with ctx.engine(migrate_schema=False) as engine, session_factory(engine)() as session:
@@ -133,6 +166,10 @@ async def _online(ctx: CliContext, results: Sequence[LoadResult]) -> list[list[D
 
 async def _live_webhooks(session: AsyncSession, team_id: str | None, factory: str) -> dict[str, str]:
     """UID -> name of the factory's live (not deleted) webhooks; empty when it was never applied."""
+    from sqlalchemy import select
+
+    from store.models import Factory, Webhook
+
     if team_id is None:
         return {}
     stmt = (

@@ -1,7 +1,7 @@
 """``factoryctl webhooks|deliveries|automations ...``: webhook management over the HTTP API.
 
-Built on the typed client (:mod:`factoryctl.client`). The server comes from ``--server`` (else
-``FACTORY_API_URL``, else http://127.0.0.1:8080) and the key from ``FACTORY_API_KEY``.
+Built on the typed client (:mod:`factoryctl.client`). Client settings, exit codes and error output
+come from :mod:`factoryctl.commands._http`, shared with every HTTP verb (``docs/cli.md``).
 
 Output: ``--format json`` prints the API's JSON object unchanged (lists as ``{"webhooks": [...]}`` /
 ``{"deliveries": [...]}`` with every page fetched; ``delete`` prints ``{"uid", "deleted": true}``).
@@ -9,8 +9,6 @@ Text output is a table drawn with rich when stdout is a terminal (colour unless 
 plain aligned columns that scripts can cut. A secret the service shows (``create``,
 ``rotate-secret``) is printed alone on the last line of stdout, so ``| tail -n 1`` captures it; a
 secret the caller supplied (``--secret-from-stdin``) is never echoed in text output.
-API errors print ``error: <detail> (<error_code>)`` (then one line per invalid field) to stderr
-and exit 1.
 """
 
 from __future__ import annotations
@@ -19,34 +17,19 @@ import argparse
 import itertools
 import json
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from factoryctl import __version__
-from factoryctl.client import (
-    APIConnectionError,
-    APIError,
-    APIStatusError,
-    Delivery,
-    FactoryClient,
-    FilterTestResult,
-    Webhook,
-    WebhookWithSecret,
-)
-from factoryctl.context import CliContext
+from factoryctl.commands._http import UsageError, common_options, handler
+
+if TYPE_CHECKING:  # the client (httpx) is imported when a verb runs, not for --help
+    from factoryctl.client import Delivery, FactoryClient, FilterTestResult, Webhook, WebhookWithSecret
 
 AUTH_MODES = ("token", "url_token", "signature")
-Action = Callable[[FactoryClient, argparse.Namespace], None]
-
-
-class UsageError(Exception):
-    """A problem with the command line or its input (exit 2)."""
 
 
 def register(sub: Any) -> None:  # argparse subparsers
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", metavar="URL", help="API base URL (env FACTORY_API_URL)")
-    common.add_argument("--format", choices=("text", "json"), default="text")
+    common = common_options()
     hook_args = argparse.ArgumentParser(add_help=False, parents=[common])
     hook_args.add_argument("factory_uid", metavar="FACTORY_UID")
     hook_args.add_argument("webhook_uid", metavar="WEBHOOK_UID")
@@ -67,10 +50,10 @@ def register(sub: Any) -> None:  # argparse subparsers
         "--secret-from-stdin", action="store_true", help="read the provider's signing secret from stdin"
     )
     create.add_argument("--delivery-id-header", metavar="H", help="header holding the sender's delivery ID")
-    create.set_defaults(handler=_handler(_create))
+    create.set_defaults(handler=handler(_create))
     lst = verbs.add_parser("list", parents=[common], help="list a factory's webhooks")
     lst.add_argument("factory_uid", metavar="FACTORY_UID")
-    lst.set_defaults(handler=_handler(_list))
+    lst.set_defaults(handler=handler(_list))
     for verb, action, text in (
         ("get", _get, "show one webhook"),
         ("enable", _enable, "accept deliveries again"),
@@ -79,7 +62,7 @@ def register(sub: Any) -> None:  # argparse subparsers
         ("delete", _delete, "delete (senders get 404 at once)"),
     ):
         verb_parser = verbs.add_parser(verb, parents=[hook_args], help=text)
-        verb_parser.set_defaults(handler=_handler(action))
+        verb_parser.set_defaults(handler=handler(action))
         if verb == "rotate-secret":
             verb_parser.add_argument(
                 "--secret-from-stdin",
@@ -94,10 +77,10 @@ def register(sub: Any) -> None:  # argparse subparsers
         "--status", action="append", default=[], metavar="S", help="e.g. Accepted (repeatable)"
     )
     dlist.add_argument("--limit", type=int, default=50, metavar="N", help="show at most N (default 50)")
-    dlist.set_defaults(handler=_handler(_deliveries))
+    dlist.set_defaults(handler=handler(_deliveries))
     dget = dverbs.add_parser("get", parents=[hook_args], help="one delivery, with its payload if accepted")
     dget.add_argument("delivery_id", metavar="DELIVERY_ID")
-    dget.set_defaults(handler=_handler(_delivery))
+    dget.set_defaults(handler=handler(_delivery))
 
     autos = sub.add_parser("automations", help="test automation filters against stored deliveries")
     averbs = autos.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -108,40 +91,7 @@ def register(sub: Any) -> None:  # argparse subparsers
     test.add_argument("automation_uid", metavar="AUTOMATION_UID")
     test.add_argument("--delivery-id", required=True, metavar="ID")
     test.add_argument("--webhook", metavar="UID", help="the webhook that logged it (when IDs repeat)")
-    test.set_defaults(handler=_handler(_test_filter))
-
-
-def _handler(action: Action) -> Callable[[CliContext, argparse.Namespace], int]:
-    def run(ctx: CliContext, args: argparse.Namespace) -> int:
-        key = ctx.api_key()
-        server = ctx.api_url(args.server)
-        if not key:
-            print(
-                "error: FACTORY_API_KEY is not set (create one with 'factoryctl keys create')",
-                file=sys.stderr,
-            )
-            return 1
-        headers = {"User-Agent": f"factoryctl/{__version__}", "X-Factory-Source": "CLI"}
-        try:
-            with FactoryClient(server, key, default_headers=headers) as client:
-                action(client, args)
-        except UsageError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        except APIStatusError as exc:
-            print(f"error: {exc.detail} ({exc.error_code or exc.status_code})", file=sys.stderr)
-            for item in exc.errors:
-                print(f"  - {item.field}: {item.message}", file=sys.stderr)
-            return 1
-        except APIConnectionError as exc:
-            print(f"error: cannot reach {server}: {exc}", file=sys.stderr)
-            return 1
-        except APIError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        return 0
-
-    return run
+    test.set_defaults(handler=handler(_test_filter))
 
 
 # --- output ----------------------------------------------------------------------------------------

@@ -138,22 +138,26 @@ def test_create_list_get_followup_cancel(server: Server, tmp_path: Path) -> None
     assert cancelled.stdout.strip() == f"{run_id}  cancelled"
     again = server.cli("cancel", run_id)
     assert again.returncode == 1
-    assert "400 invalid_request" in again.stderr and "CANCELLED" in again.stderr
+    assert again.stderr.startswith("error: ") and "(invalid_request)" in again.stderr
+    assert "CANCELLED" in again.stderr
 
 
-def test_errors_print_the_problem_and_exit_1(server: Server) -> None:
+def test_errors_print_the_problem_and_exit_1_2_or_3(server: Server) -> None:
+    """docs/cli.md: 1 the server refused, 2 usage, 3 cannot connect (the same for every HTTP verb)."""
     missing = server.cli("get", "run_doesnotexist")
-    assert missing.returncode == 1
-    assert "404 resource_not_found" in missing.stderr
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert missing.stderr.startswith("error: ") and missing.stderr.endswith(" (resource_not_found)\n")
     bad = server.cli("create", "--prompt", "p", "--metadata", "bad key=v")
     assert bad.returncode == 1
-    assert "422 invalid_request" in bad.stderr and "- metadata.bad key:" in bad.stderr
+    assert "(invalid_request)" in bad.stderr and "\n  - metadata.bad key: " in bad.stderr
     as_json = server.cli("get", "run_doesnotexist", "--format", "json")
-    assert json.loads(as_json.stdout)["error_code"] == "resource_not_found"
+    assert as_json.returncode == 1 and json.loads(as_json.stdout)["error_code"] == "resource_not_found"
     no_key = server.cli("list", key=None)
-    assert no_key.returncode == 1 and "FACTORY_API_KEY" in no_key.stderr
+    assert no_key.returncode == 2 and "FACTORY_API_KEY" in no_key.stderr
+    bad_flag = server.cli("create", "--prompt", "p", "--mcp", "docs")
+    assert bad_flag.returncode == 2 and "--mcp expects NAME=VALUE" in bad_flag.stderr
     wrong_key = server.cli("list", key="fk_wrong")
-    assert wrong_key.returncode == 1 and "401 authentication_required" in wrong_key.stderr
+    assert wrong_key.returncode == 1 and "(authentication_required)" in wrong_key.stderr
     unreachable = subprocess.run(
         [
             sys.executable,
@@ -169,4 +173,5 @@ def test_errors_print_the_problem_and_exit_1(server: Server) -> None:
         env={**os.environ, "FACTORY_API_KEY": "fk_x"},
         timeout=60,
     )
-    assert unreachable.returncode == 1 and "cannot reach" in unreachable.stderr
+    assert unreachable.returncode == 3 and "cannot reach" in unreachable.stderr
+    assert unreachable.stderr.endswith(" (connection_failed)\n")

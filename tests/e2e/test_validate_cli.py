@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from serve_support import free_port
 
 from store import secrets as secret_store
 from store.clock import SystemClock
@@ -124,6 +125,15 @@ def test_usage_errors_exit_2() -> None:
     server = validate("example-factory", "--server", "http://127.0.0.1:1")
     assert server.returncode == 2  # no FACTORY_API_KEY: a usage error, nothing sent
     assert "needs an API key in FACTORY_API_KEY" in server.stderr
+
+
+def test_an_unreachable_server_exits_3_not_1() -> None:
+    """Invalid definitions (1) and a server that cannot be reached (3) must not look alike to CI."""
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    proc = validate("example-factory", "--server", nowhere, env={"FACTORY_API_KEY": "fk_x"})
+    assert (proc.returncode, proc.stdout) == (3, "")
+    assert proc.stderr.startswith(f"error: cannot reach {nowhere}: ")
+    assert proc.stderr.endswith(" (connection_failed)\n")
 
 
 def test_missing_directory_is_invalid_not_a_crash() -> None:
