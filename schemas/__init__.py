@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
+if TYPE_CHECKING:  # imported when first used: a valid file is checked by fastjsonschema alone
+    from jsonschema import Draft202012Validator
+    from referencing import Registry
 
 BASE_URI = "https://factoryctl.dev/schemas/"
 NAMES = ("factory", "webhook", "automation", "environment", "agent-config")
@@ -31,6 +31,9 @@ def load_schema(name: str) -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def registry() -> Registry[Any]:
     """Every definition schema, keyed by its ``$id``, for resolving cross-schema ``$ref``s."""
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
     resources_ = [
         (BASE_URI + f"{name}.schema.json", Resource.from_contents(load_schema(name), DRAFT202012))
         for name in NAMES
@@ -42,6 +45,8 @@ def registry() -> Registry[Any]:
 def validator(name: str) -> Draft202012Validator:
     """The compiled validator of schema ``name`` (built once per process), shared by the reconciler
     and the environments API so both judge a definition by the same schema."""
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(load_schema(name), registry=registry())
 
 
