@@ -3,7 +3,8 @@
 A :class:`RequestSpec` says what one API call sends and how its answer is read; the executors in
 :mod:`factoryctl.client.sync_client` and :mod:`factoryctl.client.async_client` only send it, wait and retry.
 
-Retry policy (``max_retries`` extra attempts, default 2):
+Retry policy (``max_retries`` extra attempts, default 2; a spec's ``retries`` overrides it for that
+call, which the worker protocol does per call: :mod:`factoryctl.client.worker_resources`):
 
 - no connection was made (refused, DNS, connect or pool timeout): retried for every request, since
   the server never saw it;
@@ -12,7 +13,8 @@ Retry policy (``max_retries`` extra attempts, default 2):
 - ``408``, ``429`` and ``503``: the server refused before acting; retried for every request;
 - ``409``: retried only when the problem says ``retryable: true`` (a real conflict stays a conflict);
 - ``500``, ``502``, ``504`` and other 5xx but ``501``/``505``: the outcome is unknown; retried only
-  for idempotent requests (GET, PATCH with absolute values, read-only POSTs such as test-filter);
+  for idempotent requests (GET, PATCH with absolute values, read-only POSTs such as test-filter,
+  and the worker calls, which the server's leases make safe to repeat);
 - everything else is final. A ``Retry-After`` answer (seconds or an HTTP date) is waited exactly;
   one longer than ``max_retry_after`` (60 s) is not waited at all: the error is raised at once.
 
@@ -63,10 +65,15 @@ class RequestSpec(Generic[T_co]):
     files: Sequence[tuple[str, tuple[str, bytes, str]]] = ()  # multipart parts: (field, (name, data, type))
     idempotent: bool | None = None  # None: by method (GET/HEAD/OPTIONS)
     timeout: float | None = None  # read timeout for this call (long polls), else the client's
+    retries: int | None = None  # extra attempts for this call; None: the client's max_retries
 
     @property
     def safe_to_repeat(self) -> bool:
         return self.method in IDEMPOTENT_METHODS if self.idempotent is None else self.idempotent
+
+    def retry_budget(self, options: ClientOptions) -> int:
+        """How many extra attempts this call may make."""
+        return options.max_retries if self.retries is None else self.retries
 
 
 @dataclass(frozen=True)
@@ -207,7 +214,7 @@ def delay_after_status(
     rng: Callable[[], float],
 ) -> float | None:
     """Seconds to wait before retrying an error answer, or None when it is final."""
-    if attempt >= options.max_retries:
+    if attempt >= spec.retry_budget(options):
         return None
     problem_retryable = False
     if response.status_code == 409:
@@ -231,7 +238,7 @@ def delay_after_error(
     rng: Callable[[], float],
 ) -> float | None:
     """Seconds to wait before retrying after a transport error, or None when it is final."""
-    if attempt >= options.max_retries or not error_is_retryable(exc, idempotent=spec.safe_to_repeat):
+    if attempt >= spec.retry_budget(options) or not error_is_retryable(exc, idempotent=spec.safe_to_repeat):
         return None
     return retry_delay(attempt, None, options.retry_base, options.retry_cap, rng)
 

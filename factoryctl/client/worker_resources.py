@@ -1,12 +1,43 @@
 """The worker protocol (``/api/v1/workers``): claim runs, heartbeat, report states, append logs,
 read the team secrets a claimed run references (lease holder only; never log the answer).
 
-Worker calls are never repeated after an ambiguous failure: a repeated claim would strand a run until
-its lease lapses, a repeated heartbeat could swallow follow-ups, a repeated log append duplicates lines.
+Retry policy of worker calls (docs/workers.md has the table). Every worker call is safe to repeat,
+so each spec is ``idempotent``: the server's lease and state machine, not the client, keep a repeat
+from acting twice. What differs per call is how often repeating is worth it (``retries``):
+
+- ``claim``: the client's ``max_retries`` (the worker agent's client has no limit: a worker waits
+  for its server as long as it takes). A claim whose answer was lost leaves one run CLAIMED by this
+  worker, which never hears of it: no heartbeat comes, its lease lapses and the lease reaper puts it
+  back in QUEUED in its old place (CANCELLED if a cancel was pending). Cost: the run starts up to
+  ``lease_seconds`` + the reaper interval (about 35 s) later, its ``attempt`` counts the lost claim,
+  and follow-ups handed over with that claim miss the next prompt. A repeat cannot add to that: it
+  takes another queued run, never the same one twice.
+- ``heartbeat``: not repeated (:data:`HEARTBEAT_RETRIES`): the next beat, a third of the lease
+  later, is the retry, and the lease outlasts missed beats. Follow-ups in a lost answer are marked
+  delivered and not handed over again (they stay stored on the run; the worker only logs them).
+- ``heartbeat(state="INPROGRESS")`` (start): :data:`START_RETRIES`, a few seconds, well inside the
+  lease. A repeated start finds the run INPROGRESS and only extends the lease; if the first one
+  ended a cancelled run, the repeat gets 409 and the run is not executed.
+- ``report_state``: :data:`REPORT_RETRIES`, about 50-100 s, so an outcome outlives a server
+  restart. The state machine applies a report once: a terminal or BLOCKED report releases the
+  lease, so repeating one that landed gets 409. A 409 that names the reported state
+  (:func:`conflict_run_state`) counts as "already recorded": the run is in that state, so nothing
+  is left to report. The report lands while this worker still holds the lease; once a reaper ended
+  the run (ERROR ``resource_unavailable``, retryable) it is refused.
+- ``append_logs``: :data:`LOG_RETRIES`. A batch is stored in one transaction, so repeating one whose
+  answer was lost after the commit stores it twice: logs are at least once. Rare duplicated lines
+  beat lines missing from a failed run's output.
+- ``secrets``: :data:`SECRETS_RETRIES`: read-only, computed from the stored run.
+
+What is retried is the client's policy (:mod:`factoryctl.client._transport`): connection errors,
+lost answers, ``408``/``429``/``503`` and other 5xx. ``401``/``403`` (a wrong or revoked key) and
+``404``/``409`` (the lease is gone) are final: retrying cannot change them.
 """
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,7 +52,29 @@ from factoryctl.client._endpoints import (
     parse_model,
 )
 from factoryctl.client._transport import RequestSpec, path
+from factoryctl.client.errors import ConflictError
 from factoryctl.client.models import Claim, Heartbeat, LogLine, StateReport
+
+RETRY_FOREVER = sys.maxsize  # the worker agent's max_retries: claims wait for the server without limit
+START_RETRIES = 4  # about 4-8 s with the default backoff: well inside a 30 s lease
+HEARTBEAT_RETRIES = 0  # the next beat is the retry
+REPORT_RETRIES = 16  # about 50-100 s with the default backoff: outlives a server restart
+LOG_RETRIES = 2
+SECRETS_RETRIES = 4
+RUN_STATES = (
+    "QUEUED",
+    "PENDING",
+    "CLAIMED",
+    "INPROGRESS",
+    "BLOCKED",
+    "SUCCEEDED",
+    "FAILED",
+    "ERROR",
+    "CANCELLED",
+)
+# The server's lease conflicts read "run R is STATE and its lease is not held by this worker" or
+# "cannot report X for a run in state STATE".
+_STATE_IN_CONFLICT = re.compile(r"\b(?:is|in state) (" + "|".join(RUN_STATES) + r")\b")
 
 # --- workers ---------------------------------------------------------------------------------------
 
@@ -40,6 +93,7 @@ def claim_run(
         f"{V1}/workers/claim",
         _claim,
         json=json_body(worker_hosts=hosts, wait_seconds=wait_seconds, worker_id=worker_id),
+        idempotent=True,  # a lost answer strands one run until its lease lapses; a repeat adds nothing
         timeout=wait_seconds + 15.0,
     )
 
@@ -47,11 +101,14 @@ def claim_run(
 def heartbeat_run(
     run_id: str, *, state: str | None = None, worker_id: str | None = None
 ) -> RequestSpec[Heartbeat]:
+    """Extend the lease; ``state="INPROGRESS"`` also starts a CLAIMED run (retried a few times)."""
     return RequestSpec(
         "POST",
         path(f"{V1}/workers/runs/{{}}/heartbeat", run_id),
         parse_model(Heartbeat),
         json=json_body(state=state, worker_id=worker_id),
+        idempotent=True,
+        retries=START_RETRIES if state is not None else HEARTBEAT_RETRIES,
     )
 
 
@@ -68,6 +125,8 @@ def report_run_state(
         path(f"{V1}/workers/runs/{{}}/state", run_id),
         parse_model(StateReport),
         json=json_body(state=state, status_message=dict(message) if message else None, worker_id=worker_id),
+        idempotent=True,  # the state machine applies it once; a repeat of a landed report gets 409
+        retries=REPORT_RETRIES,
     )
 
 
@@ -91,6 +150,8 @@ def append_run_logs(
         path(f"{V1}/workers/runs/{{}}/logs", run_id),
         _appended,
         json=json_body(lines=items, worker_id=worker_id),
+        idempotent=True,  # at least once: a lost answer after the commit means a duplicated batch
+        retries=LOG_RETRIES,
     )
 
 
@@ -108,7 +169,22 @@ def run_secrets(run_id: str, *, worker_id: str | None = None) -> RequestSpec[dic
         path(f"{V1}/workers/runs/{{}}/secrets", run_id),
         _secrets,
         json=json_body(worker_id=worker_id),
+        idempotent=True,  # read-only
+        retries=SECRETS_RETRIES,
     )
+
+
+def conflict_run_state(exc: ConflictError) -> str | None:
+    """The run's state named by a worker call's 409, if it names one.
+
+    A worker whose report was refused with 409 learns whether the run already is in the reported
+    state (a repeat of a report that landed) from this; the server says it in ``detail`` only.
+    """
+    state = exc.problem.raw.get("state")
+    if isinstance(state, str) and state in RUN_STATES:
+        return state
+    found = _STATE_IN_CONFLICT.search(exc.detail)
+    return found.group(1) if found else None
 
 
 class Workers(Resource[Mode]):

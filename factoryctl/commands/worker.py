@@ -1,15 +1,17 @@
-"""``factoryctl worker``: a self-hosted worker that claims runs for its host ID over HTTP."""
+"""``factoryctl worker``: a self-hosted worker that claims runs for its host ID over HTTP.
+
+Only the parser is built at import: the worker agent, the client (httpx) and asyncio are imported
+when the command runs, so ``factoryctl --help`` and every other command do not pay for them.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from factoryctl.context import CliContext
+if TYPE_CHECKING:
+    from factoryctl.context import CliContext
 
 
 def register(sub: Any) -> None:  # argparse subparsers
@@ -44,6 +46,10 @@ def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
     if not host_id or host_id == "warp":
         print("error: --host-id must name this worker (not empty, not 'warp')", file=sys.stderr)
         return 2
+    import asyncio
+    import logging
+    from pathlib import Path
+
     from factoryctl.worker.agent import RemoteWorker
     from factoryctl.worker.execution import scrubbed_environment
 

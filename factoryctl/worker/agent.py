@@ -1,10 +1,20 @@
 """The self-hosted worker (``factoryctl worker``): the worker protocol of docs/workers.md over HTTP.
 
+Every call goes through the typed client (``AsyncFactoryClient.workers``), so the worker follows
+the one retry policy of :mod:`factoryctl.client.worker_resources`: what is repeated, how often and
+why that is safe. This module only decides what a final answer means to a worker:
+
+- ``401``/``403``: the key is wrong or revoked, or may not serve this host ID. The worker stops
+  (exit 1) and abandons running runs: retrying would only hammer the server.
+- ``404``/``409`` on a run's call: the lease is gone (:class:`~factoryctl.worker.errors.LeaseLost`);
+  the run is abandoned, except that a 409 to the final report naming the reported state means the
+  report already landed.
+- anything else, once the client's retries are spent: the claim loop polls again after a pause,
+  the run loop retries heartbeats and log flushes on its next tick, and a final report that never
+  lands leaves the run to the lease reaper (ERROR ``resource_unavailable``, retryable).
+
 Each of ``concurrency`` slots long-polls ``POST /api/v1/workers/claim`` for its host ID, executes
-the claimed run with :func:`factoryctl.worker.execution.execute` (heartbeats, batched logs, final
-state over HTTP) and polls again. Connection errors and 5xx answers are retried with capped
-exponential backoff and jitter, so a restarting server costs a pause, not the worker. A
-401/403 is fatal: retrying a revoked or wrong key would only hammer the server.
+the claimed run with :func:`factoryctl.worker.execution.execute` and polls again.
 
 Stopping (SIGTERM/SIGINT): slots stop claiming and running runs get ``drain_seconds`` to finish;
 after that, or on a second signal, their harnesses are cancelled and the runs end ERROR
@@ -18,49 +28,36 @@ import contextlib
 import dataclasses
 import logging
 import os
-import random
 import secrets
 import signal
 import socket
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
-import httpx
-
-from factoryctl.worker import EnvironmentSetupFailed, InvalidClaim
+from factoryctl.client import (
+    APIError,
+    APIStatusError,
+    AsyncFactoryClient,
+    Claim,
+    ConflictError,
+    retry_delay,
+)
+from factoryctl.client.worker_resources import RETRY_FOREVER, conflict_run_state
 from factoryctl.worker.environment import setup_failure_outcome
-from factoryctl.worker.execution import ExecutionSettings, HeartbeatReply, LeaseLost, LogLine, execute
+from factoryctl.worker.errors import EnvironmentSetupFailed, InvalidClaim, LeaseLost, WorkerRefused
+from factoryctl.worker.execution import ExecutionSettings, HeartbeatReply, LogLine, execute
 from factoryctl.worker.job import Job, Outcome
 from factoryctl.worker.resolve import RemoteSecrets, resolve_claim
 
+T = TypeVar("T")
 log = logging.getLogger("factoryctl.worker")
-API_PREFIX = "/api/v1/workers"
+USER_AGENT = "factoryctl-worker"
+REQUEST_TIMEOUT = 30.0  # per attempt; a claim's read timeout is its wait plus 15 s
 LOG_BATCH = 500  # lines per request (the server takes at most 1000)
-
-
-class FatalWorkerError(Exception):
-    """The server refused this worker outright (bad key, wrong host): stop instead of retrying."""
-
-
-class ServerUnavailable(Exception):
-    """A 5xx answer: worth retrying after a pause."""
-
-
-class Backoff:
-    """Capped exponential backoff with jitter: ``uniform(c/2, c)``, ``c = min(cap, initial * 2**n)``."""
-
-    def __init__(self, initial: float = 0.5, cap: float = 30.0) -> None:
-        self.initial, self.cap, self.failures = initial, cap, 0
-
-    def next_delay(self) -> float:
-        ceiling = min(self.cap, self.initial * 2**self.failures)
-        self.failures = min(self.failures + 1, 30)
-        return random.uniform(ceiling / 2, ceiling)
-
-    def reset(self) -> None:
-        self.failures = 0
+REFUSED = frozenset({401, 403})  # the key, not the request: fatal for every call
+LEASE_GONE = frozenset({404, 409})  # on a run's call: the run is not ours any more
 
 
 def default_worker_id() -> str:
@@ -83,8 +80,6 @@ class RemoteWorker:
         wait_seconds: float = 20.0,
         harness_env: Mapping[str, str] | None = None,
         drain_seconds: float = 30.0,
-        backoff_initial: float = 0.5,
-        backoff_cap: float = 30.0,
         worker_id: str | None = None,
     ) -> None:
         if concurrency < 1:
@@ -95,7 +90,6 @@ class RemoteWorker:
         self.concurrency = concurrency
         self.wait_seconds = wait_seconds
         self.drain_seconds = drain_seconds
-        self.backoff = (backoff_initial, backoff_cap)
         self.worker_id = worker_id or default_worker_id()
         self.settings = ExecutionSettings(
             harness=harness,
@@ -108,7 +102,7 @@ class RemoteWorker:
         self.running: set[str] = set()
         self.completed = 0
         self.fatal: str | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._client: AsyncFactoryClient | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -126,10 +120,15 @@ class RemoteWorker:
         return await self.run()
 
     async def run(self) -> int:
-        """Claim and execute until :attr:`stop` is set; 0 on a clean stop, 1 after a fatal refusal."""
-        timeout = httpx.Timeout(30.0, read=self.wait_seconds + 30.0)
-        headers = {"Authorization": f"Bearer {self.api_key}", "User-Agent": "factoryctl-worker"}
-        async with httpx.AsyncClient(base_url=self.server_url, headers=headers, timeout=timeout) as client:
+        """Claim and execute until :attr:`stop` is set; 0 on a clean stop, 1 after a refusal."""
+        client = AsyncFactoryClient(
+            self.server_url,
+            self.api_key,
+            timeout=REQUEST_TIMEOUT,
+            max_retries=RETRY_FOREVER,  # only claims use the client's budget; every other call sets its own
+            default_headers={"User-Agent": USER_AGENT},
+        )
+        async with client:
             self._client = client
             log.info("worker %s serving host %r on %s", self.worker_id, self.host_id, self.server_url)
             slots = [asyncio.create_task(self._slot(i)) for i in range(self.concurrency)]
@@ -148,6 +147,19 @@ class RemoteWorker:
         log.info("worker stopped after %d run(s)", self.completed)
         return 0
 
+    def refuse(self, reason: str) -> None:
+        """The server refused this worker's key: stop claiming, cancel running runs, exit 1."""
+        if self.fatal is None:
+            self.fatal = reason
+        self.stop.set()
+        self.abort.set()
+
+    @property
+    def api(self) -> AsyncFactoryClient:
+        if self._client is None:
+            raise RuntimeError("the worker is not running")
+        return self._client
+
     async def _drain_after_stop(self) -> None:
         await self.stop.wait()
         if self.running:
@@ -159,29 +171,30 @@ class RemoteWorker:
         self.abort.set()
 
     async def _slot(self, index: int) -> None:
-        backoff = Backoff(*self.backoff)
+        pauses = 0  # consecutive claims that failed after the client's retries
         while not self.stop.is_set():
             try:
                 claim = await self._until_stopped(self._claim())
-            except (httpx.TransportError, ServerUnavailable) as exc:
-                delay = backoff.next_delay()
-                log.warning(
-                    "slot %d: cannot reach %s (%s); retrying in %.1fs", index, self.server_url, exc, delay
-                )
+            except WorkerRefused as exc:
+                self.refuse(str(exc))
+                return
+            except APIError as exc:
+                # What the client's retries do not cover: an unreadable answer, a Retry-After beyond
+                # its limit, a 5xx it never repeats. Polling again is still safe (see _claim).
+                retry_after = exc.headers.get("Retry-After") if isinstance(exc, APIStatusError) else None
+                options = self.api.options
+                delay = retry_delay(pauses, retry_after, options.retry_base, options.retry_cap)
+                pauses += 1
+                log.warning("slot %d: claim failed (%s); polling again in %.1fs", index, exc, delay)
                 await self._sleep_unless_stopped(delay)
                 continue
-            except FatalWorkerError as exc:
-                self.fatal = str(exc)
-                self.stop.set()
-                self.abort.set()
-                return
-            backoff.reset()
+            pauses = 0
             if claim is not None:
                 await self._execute(claim)
 
-    async def _until_stopped(self, coro: Any) -> dict[str, Any] | None:
-        """Await a claim, abandoning it when the worker is told to stop."""
-        task = asyncio.ensure_future(coro)
+    async def _until_stopped(self, call: Awaitable[T]) -> T | None:
+        """Await ``call`` (a claim), abandoning it when the worker is told to stop."""
+        task = asyncio.ensure_future(call)
         stopper = asyncio.ensure_future(self.stop.wait())
         try:
             await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -192,8 +205,7 @@ class RemoteWorker:
             with contextlib.suppress(BaseException):
                 await task
             return None
-        result: dict[str, Any] | None = task.result()
-        return result
+        return task.result()
 
     async def _sleep_unless_stopped(self, delay: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -201,132 +213,124 @@ class RemoteWorker:
 
     # -- protocol ----------------------------------------------------------------------------------
 
-    async def _claim(self) -> dict[str, Any] | None:
-        body = {"worker_host": self.host_id, "wait_seconds": self.wait_seconds, "worker_id": self.worker_id}
-        response = await self._http().post(f"{API_PREFIX}/claim", json=body)
-        if response.status_code == 204:
-            return None
-        data = _json_or_raise(response, "claim")
-        if not isinstance(data.get("run"), dict):
-            raise ServerUnavailable("claim answer has no run object")
-        return data
+    async def _claim(self) -> Claim | None:
+        """The next run for this host (None when idle); the client repeats it until it gets an answer.
 
-    async def _execute(self, claim: dict[str, Any]) -> None:
-        run = claim["run"]
-        run_id = str(run.get("run_id"))
-        lease = float(claim.get("lease_seconds") or 30.0)
+        Any 4xx the client does not retry means the server will not serve this worker as
+        configured (key, host ID, worker ID): stopping is better than polling forever.
+        """
+        try:
+            return await self.api.workers.claim(
+                self.host_id, wait_seconds=self.wait_seconds, worker_id=self.worker_id
+            )
+        except APIStatusError as exc:
+            if exc.status_code in REFUSED:
+                raise WorkerRefused(f"the server refused this worker's key ({exc})") from exc
+            if 400 <= exc.status_code < 500 and exc.status_code not in (408, 429):
+                raise WorkerRefused(f"the server refused the claim ({exc})") from exc
+            raise
+
+    async def _execute(self, claim: Claim) -> None:
+        run = claim.run.raw  # the run as sent: environment, MCP servers, skill body and all
+        run_id = claim.run.run_id
+        lease = claim.lease_seconds or 30.0
         channel = HttpChannel(self, run_id)
         settings = dataclasses.replace(self.settings, heartbeat_seconds=max(0.2, min(lease / 3, 5.0)))
         self.running.add(run_id)
         try:
             try:
-                job = Job.from_claim(await resolve_claim(run, RemoteSecrets(self._run_secrets)))
+                job = Job.from_claim(await resolve_claim(run, RemoteSecrets(channel.secrets)))
             except EnvironmentSetupFailed as exc:
                 await channel.report(setup_failure_outcome(exc))
                 return
             except InvalidClaim as exc:
                 await channel.report(Outcome.error(f"invalid claim: {exc}", "internal_error"))
                 return
-            log.info("run %s: claimed (attempt %s)", run_id, run.get("attempt"))
+            log.info("run %s: claimed (attempt %s)", run_id, claim.run.attempt)
             outcome = await execute(job, channel, settings, stop=self.abort)
             log.info("run %s: %s", run_id, outcome.state if outcome else "abandoned (lease lost)")
             self.completed += 1
-        except LeaseLost:
-            log.warning("run %s: the server refused the report", run_id)
-        except Exception as exc:  # one broken run must not stop the worker
-            log.error("run %s: abandoned: %s", run_id, exc)
+        except LeaseLost as exc:
+            log.warning("run %s: abandoned: %s", run_id, exc)
+        except APIError as exc:  # the client's retries are spent; the lease reaper decides the run
+            log.error("run %s: abandoned, the server cannot be reached: %s", run_id, exc)
+        except Exception:  # one broken run must not stop the worker
+            log.exception("run %s: abandoned", run_id)
         finally:
             self.running.discard(run_id)
 
-    async def _run_secrets(self, run_id: str) -> dict[str, str]:
-        """The team secrets the server lets this lease holder read for ``run_id`` (never logged).
+    async def call_for_run(self, run_id: str, call: Awaitable[T]) -> T:
+        """``call``'s answer, with the final errors of a run's call mapped for the run loop.
 
-        A lost lease propagates (:class:`LeaseLost`); any other failure fails the run's setup.
+        401/403 stop the worker and raise :class:`LeaseLost` (nothing more may be done for the run);
+        404/409 raise :class:`LeaseLost`; other errors propagate (the client already retried them).
         """
         try:
-            data = await self.post(f"/runs/{run_id}/secrets", {}, attempts=3)
-        except (httpx.TransportError, ServerUnavailable, FatalWorkerError) as exc:
-            raise EnvironmentSetupFailed(
-                f"cannot read the run's team secrets from the server: {exc}"
-            ) from None
-        values = data.get("secrets")
-        if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
-            raise EnvironmentSetupFailed("the server's answer to the secrets request is malformed")
-        return {str(k): v for k, v in values.items()}
-
-    async def post(self, path: str, body: dict[str, Any], *, attempts: int) -> dict[str, Any]:
-        """POST with retries on connection errors and 5xx; 404/409 mean the lease is gone."""
-        backoff = Backoff(*self.backoff)
-        for attempt in range(1, attempts + 1):
-            try:
-                response = await self._http().post(
-                    f"{API_PREFIX}{path}", json={**body, "worker_id": self.worker_id}
-                )
-                if response.status_code in (404, 409):
-                    raise LeaseLost(_detail(response))
-                return _json_or_raise(response, path)
-            except (httpx.TransportError, ServerUnavailable):
-                if attempt == attempts:
-                    raise
-                await asyncio.sleep(backoff.next_delay())
-        raise AssertionError("unreachable")
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            raise RuntimeError("the worker is not running")
-        return self._client
+            return await call
+        except APIStatusError as exc:
+            if exc.status_code in REFUSED:
+                self.refuse(f"the server refused this worker's key while it held run {run_id} ({exc})")
+                raise LeaseLost(f"the server refused this worker's key ({exc})") from exc
+            if exc.status_code in LEASE_GONE:
+                raise LeaseLost(str(exc)) from exc
+            raise
 
 
 class HttpChannel:
     """:class:`factoryctl.worker.execution.RunChannel` over the worker HTTP API."""
-
-    REPORT_ATTEMPTS = 12  # ~1-2 minutes with the default backoff: outlives a server restart
 
     def __init__(self, worker: RemoteWorker, run_id: str) -> None:
         self.worker = worker
         self.run_id = run_id
 
     async def heartbeat(self, *, start: bool) -> HeartbeatReply:
-        body: dict[str, Any] = {"state": "INPROGRESS"} if start else {}
-        data = await self.worker.post(f"/runs/{self.run_id}/heartbeat", body, attempts=5 if start else 1)
-        followups = data.get("followups")
-        state = data.get("state")
+        beat = await self.worker.call_for_run(
+            self.run_id,
+            self.worker.api.workers.heartbeat(
+                self.run_id, state="INPROGRESS" if start else None, worker_id=self.worker.worker_id
+            ),
+        )
         return HeartbeatReply(
-            cancel_requested=bool(data.get("cancel_requested")),
-            followups=list(followups) if isinstance(followups, list) else [],
-            state=state if isinstance(state, str) else None,
+            cancel_requested=beat.cancel_requested,
+            followups=[f.raw for f in beat.followups],
+            state=beat.state,
         )
 
     async def send_logs(self, lines: Sequence[LogLine]) -> None:
         for start in range(0, len(lines), LOG_BATCH):
             batch = lines[start : start + LOG_BATCH]
-            body = {"lines": [{"stream": stream, "text": text} for stream, text in batch]}
-            await self.worker.post(f"/runs/{self.run_id}/logs", body, attempts=3)
+            await self.worker.call_for_run(
+                self.run_id,
+                self.worker.api.workers.append_logs(self.run_id, batch, worker_id=self.worker.worker_id),
+            )
 
     async def report(self, outcome: Outcome) -> None:
-        await self.worker.post(f"/runs/{self.run_id}/state", outcome.to_dict(), attempts=self.REPORT_ATTEMPTS)
+        """Report the final state; a 409 naming that very state means an earlier attempt landed."""
+        call = self.worker.api.workers.report_state(
+            self.run_id,
+            outcome.state,
+            status_message=outcome.status_message,
+            worker_id=self.worker.worker_id,
+        )
+        try:
+            await self.worker.call_for_run(self.run_id, call)
+        except LeaseLost as exc:
+            refusal = exc.__cause__
+            if isinstance(refusal, ConflictError) and conflict_run_state(refusal) == outcome.state:
+                log.info("run %s: %s was already recorded", self.run_id, outcome.state)
+                return
+            raise
 
+    async def secrets(self, run_id: str) -> dict[str, str]:
+        """The team secrets the server lets this lease holder read for the run (never logged).
 
-def _detail(response: httpx.Response) -> str:
-    try:
-        data = response.json()
-    except ValueError:
-        return f"HTTP {response.status_code}"
-    detail = data.get("detail") if isinstance(data, dict) else None
-    return f"HTTP {response.status_code}: {detail}" if detail else f"HTTP {response.status_code}"
-
-
-def _json_or_raise(response: httpx.Response, what: str) -> dict[str, Any]:
-    if response.status_code >= 500 or response.status_code == 429:
-        raise ServerUnavailable(f"{what}: {_detail(response)}")
-    if response.status_code in (401, 403):
-        raise FatalWorkerError(f"{what}: the server refused this worker's key ({_detail(response)})")
-    if response.status_code >= 400:
-        raise FatalWorkerError(f"{what}: {_detail(response)}")
-    try:
-        data = response.json()
-    except ValueError as exc:
-        raise ServerUnavailable(f"{what}: the answer is not JSON") from exc
-    if not isinstance(data, dict):
-        raise ServerUnavailable(f"{what}: the answer is not a JSON object")
-    return data
+        A lost lease propagates (:class:`LeaseLost`); any other failure fails the run's setup.
+        """
+        try:
+            return await self.worker.call_for_run(
+                run_id, self.worker.api.workers.secrets(run_id, worker_id=self.worker.worker_id)
+            )
+        except APIError as exc:
+            raise EnvironmentSetupFailed(
+                f"cannot read the run's team secrets from the server: {exc}"
+            ) from None

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from factoryctl.worker import EnvironmentSetupFailed, WorkerError
 from factoryctl.worker.environment import (
     DEFAULT_SETUP_TIMEOUT_SECONDS,
     prepare_environment,
     setup_failure_outcome,
 )
+from factoryctl.worker.errors import EnvironmentSetupFailed, WorkerError
+from factoryctl.worker.errors import LeaseLost as LeaseLost  # re-exported: channels raise it from here
 from factoryctl.worker.harness import Harness, OutputCallback, RedactingEmitter, harness_for
 from factoryctl.worker.job import Job, Outcome, redact
 from factoryctl.worker.workspace import create_workspace, remove_workspace
@@ -44,10 +45,6 @@ SHUTDOWN_MESSAGE = "the worker shut down before the run finished"
 FINISHED_STATES = frozenset({"SUCCEEDED", "FAILED", "ERROR", "CANCELLED"})
 # Environment variables a worker must never hand to an agent: they are the worker's own credentials.
 PRIVATE_VARIABLES = ("FACTORY_API_KEY", "FACTORY_SECRET_KEY", "FACTORY_DATABASE_URL")
-
-
-class LeaseLost(Exception):
-    """The server no longer lets this worker act on the run (lease reaped, run finished or taken)."""
 
 
 @dataclass(frozen=True)
