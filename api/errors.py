@@ -23,11 +23,14 @@ class ApiError(Exception):
         errors: list[dict[str, Any]] | None = None,
         headers: dict[str, str] | None = None,
         retryable: bool | None = None,
+        extensions: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(detail or self.title)
         self.detail = detail or self.title
         self.errors = errors
         self.headers = headers or {}
+        # RFC 9457 extension members a client may act on (e.g. the run ``state`` of a worker's 409).
+        self.extensions = extensions or {}
         if retryable is not None:
             self.retryable = retryable
 

@@ -48,8 +48,10 @@ def problem_body(
     *,
     retryable: bool = False,
     errors: list[dict[str, Any]] | None = None,
+    extensions: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
+        **(extensions or {}),
         "type": f"urn:factoryctl:problem:{error_code}",
         "title": title,
         "status": status,
@@ -82,6 +84,7 @@ def from_api_error(exc: ApiError, instance: str) -> web.Response:
         instance,
         retryable=exc.retryable,
         errors=exc.errors,
+        extensions=exc.extensions,
     )
     return problem_response(body, exc.headers)
 

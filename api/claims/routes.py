@@ -187,8 +187,10 @@ async def heartbeat_route(request: web.Request) -> web.Response:
                 start=state == "INPROGRESS",
                 team_id=who.team_id,
             )
-    except (NotLeaseHolder, IllegalTransition) as exc:
-        raise Conflict(str(exc)) from None
+    except NotLeaseHolder as exc:
+        raise Conflict(str(exc), extensions={"state": exc.state}) from None
+    except IllegalTransition as exc:
+        raise Conflict(str(exc), extensions={"state": exc.state.value}) from None
     return web.json_response(
         {
             "run_id": run_id,
@@ -246,9 +248,10 @@ async def state_route(request: web.Request) -> web.Response:
                 team_id=who.team_id,
             )
     except NotLeaseHolder as exc:
-        raise Conflict(str(exc)) from None
+        raise Conflict(str(exc), extensions={"state": exc.state}) from None
     except IllegalTransition as exc:
-        raise Conflict(f"cannot report {state} for a run in state {exc.state.value}") from None
+        detail = f"cannot report {state} for a run in state {exc.state.value}"
+        raise Conflict(detail, extensions={"state": exc.state.value}) from None
     return web.json_response(
         {"run_id": run.run_id, "state": run.state, "cancel_requested": run.cancel_requested}
     )
@@ -287,7 +290,7 @@ async def logs_route(request: web.Request) -> web.Response:
                 session, request.app[CLOCK], run_id, lines, owner=_owner(who, body), team_id=who.team_id
             )
         except NotLeaseHolder as exc:
-            raise Conflict(str(exc)) from None
+            raise Conflict(str(exc), extensions={"state": exc.state}) from None
     return web.json_response({"run_id": run_id, "appended": count})
 
 

@@ -46,7 +46,14 @@ LOG_STREAMS = ("stdout", "stderr", "system")
 
 
 class NotLeaseHolder(WriteRefused):
-    """The caller does not hold the run's lease (never did, it lapsed, or the run finished)."""
+    """The caller does not hold the run's lease (never did, it lapsed, or the run finished).
+
+    ``state`` is the run's state now, so a worker repeating a report can tell "already recorded".
+    """
+
+    def __init__(self, run_id: str, state: str) -> None:
+        super().__init__(f"run {run_id} is {state} and its lease is not held by this worker")
+        self.state = state
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,7 @@ async def _locked_run(session: AsyncSession, run_id: str, team_id: str | None) -
 
 def _require_lease(run: Run, owner: str) -> None:
     if run.lease_owner != owner or RunState(run.state) not in LEASED:
-        raise NotLeaseHolder(f"run {run.run_id} is {run.state} and its lease is not held by this worker")
+        raise NotLeaseHolder(run.run_id, run.state)
 
 
 async def pending_followups(session: AsyncSession, clock: Clock, run_id: str) -> list[RunFollowup]:
@@ -301,7 +308,7 @@ async def append_logs(
         if row is None:
             raise NotFound(f"run {run_id} does not exist")
         if row.lease_owner != owner or RunState(row.state) not in LEASED:
-            raise NotLeaseHolder(f"run {run_id} is {row.state} and its lease is not held by this worker")
+            raise NotLeaseHolder(run_id, row.state)
     if not lines:
         return 0
     now = clock.now()

@@ -36,7 +36,6 @@ lost answers, ``408``/``429``/``503`` and other 5xx. ``401``/``403`` (a wrong or
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -74,7 +73,6 @@ RUN_STATES = (
 )
 # The server's lease conflicts read "run R is STATE and its lease is not held by this worker" or
 # "cannot report X for a run in state STATE".
-_STATE_IN_CONFLICT = re.compile(r"\b(?:is|in state) (" + "|".join(RUN_STATES) + r")\b")
 
 # --- workers ---------------------------------------------------------------------------------------
 
@@ -178,13 +176,10 @@ def conflict_run_state(exc: ConflictError) -> str | None:
     """The run's state named by a worker call's 409, if it names one.
 
     A worker whose report was refused with 409 learns whether the run already is in the reported
-    state (a repeat of a report that landed) from this; the server says it in ``detail`` only.
+    state (a repeat of a report that landed) from the problem's ``state`` extension member.
     """
     state = exc.problem.raw.get("state")
-    if isinstance(state, str) and state in RUN_STATES:
-        return state
-    found = _STATE_IN_CONFLICT.search(exc.detail)
-    return found.group(1) if found else None
+    return state if isinstance(state, str) and state in RUN_STATES else None
 
 
 class Workers(Resource[Mode]):

@@ -98,20 +98,7 @@ def conflict(detail: str, **members: object) -> ConflictError:
     return error
 
 
-@pytest.mark.parametrize(
-    ("detail", "state"),
-    [
-        ("run run_1 is SUCCEEDED and its lease is not held by this worker", "SUCCEEDED"),
-        ("run run_1 is INPROGRESS and its lease is not held by this worker", "INPROGRESS"),
-        ("cannot report SUCCEEDED for a run in state CLAIMED", "CLAIMED"),
-        ("something else went wrong", None),
-        ("run run_1 is gone", None),
-    ],
-)
-def test_the_run_state_a_conflict_names(detail: str, state: str | None) -> None:
-    assert conflict_run_state(conflict(detail)) == state
-
-
-def test_a_structured_state_member_wins_over_the_detail() -> None:
+def test_the_run_state_a_conflict_names_is_its_state_member_never_its_prose() -> None:
     assert conflict_run_state(conflict("run run_1 is ERROR and ...", state="FAILED")) == "FAILED"
-    assert conflict_run_state(conflict("run run_1 is ERROR and ...", state="nonsense")) == "ERROR"
+    assert conflict_run_state(conflict("run run_1 is ERROR and ...", state="nonsense")) is None
+    assert conflict_run_state(conflict("run run_1 is SUCCEEDED and its lease is not held")) is None
