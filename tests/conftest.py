@@ -3,6 +3,10 @@
 ``db_url`` is parametrised over ``sqlite`` and ``postgres``. PostgreSQL tests run when
 ``FACTORY_TEST_POSTGRES_URL`` is set (CI sets it) and are skipped otherwise. Each test gets its
 own database, cloned from a template migrated once per session, so tests never see each other.
+
+Store rows (teams, keys, secrets, factories, webhooks, automations, runs...) are written with the shared
+builders of ``tests/builders.py`` rather than by hand: ``import builders`` works from every test directory,
+as pytest puts this file's directory on ``sys.path`` when it imports it.
 """
 
 from __future__ import annotations

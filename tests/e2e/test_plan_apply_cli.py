@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import builders
 import pytest
 import yaml
 
@@ -20,7 +21,6 @@ from store import secrets as secret_store
 from store.clock import SystemClock
 from store.crypto import SecretBox
 from store.db import create_engine, migrate, session_factory
-from store.teams import ensure_team
 
 pytestmark = pytest.mark.slow
 KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
@@ -171,21 +171,19 @@ def create_secrets(data_dir: Path, root: Path) -> None:
         await migrate(engine)
         box, clock = SecretBox.from_setting(KEY), SystemClock()
         async with session_factory(engine)() as s, s.begin():
-            team = await ensure_team(s)
+            team = await builders.team(s)
             for path in sorted((root / "webhooks").glob("*.yaml")):
                 spec = yaml.safe_load(path.read_text())
-                if spec.get("signatureScheme") in ("standard_webhooks", "standard-webhooks", "svix"):
-                    value = "whsec_" + base64.b64encode(os.urandom(32)).decode()
-                else:
-                    value = secret_store.generate_value()
+                standard = spec.get("signatureScheme") in ("standard_webhooks", "standard-webhooks", "svix")
+                # Standard Webhooks secrets have their own shape; None lets the builder generate one.
+                value = "whsec_" + base64.b64encode(os.urandom(32)).decode() if standard else None
                 if await secret_store.get(s, team.id, spec["secretName"]) is None:
-                    await secret_store.create(s, box, clock, team.id, spec["secretName"], value)
+                    await builders.secret(s, box, clock, team.id, spec["secretName"], value)
         await engine.dispose()
 
     asyncio.run(go())
 
 
-@pytest.mark.skipif(not (EXAMPLE / "factory.yaml").exists(), reason="example-factory/ not written yet")
 def test_example_factory_applies_in_two_steps(tmp_path: Path) -> None:
     """Webhooks first (their UIDs exist only after an apply), then the automations wired to those UIDs."""
     data = tmp_path / "data"

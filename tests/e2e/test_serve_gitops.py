@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 
 import git
 import pytest
-from serve_support import free_port
+from serve_support import free_port, reconcile_records, wait_for
 
 pytestmark = pytest.mark.slow
 KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
@@ -71,17 +70,21 @@ class Server:
             stderr=subprocess.STDOUT,
             env=env(**(extra_env or {})),
         )
-        self.key = ""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"serve exited: {self.log.read_text()}")
-            try:
-                urllib.request.urlopen(self.base + "/healthz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+        try:
+            wait_for(self._healthy, timeout=30, what=f"serve on port {self.port} answering /healthz")
+        except BaseException:
+            self.stop()
+            raise
         self.key = (key_file or data / "admin.key").read_text().strip()
+
+    def _healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"serve exited: {self.log.read_text()}")
+        try:
+            with urllib.request.urlopen(self.base + "/healthz", timeout=1):
+                return True
+        except OSError:
+            return False
 
     def get(self, path: str) -> Any:
         req = urllib.request.Request(self.base + path, headers={"Authorization": f"Bearer {self.key}"})
@@ -113,16 +116,6 @@ class Server:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-
-
-def wait_for(predicate: Any, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 def ready(factory: dict[str, Any] | None) -> str | None:
@@ -290,6 +283,22 @@ def test_port_in_use_and_database_down(tmp_path: Path, data: Path) -> None:
     assert "Traceback" not in down.stderr
 
 
+def applied_by_both(a: Server, b: Server, revision: str) -> list[str]:
+    """The outcomes of ``a``'s and ``b``'s first reconcile of ``revision`` that went through (from their
+    logs), once both have one; empty until then."""
+    first = []
+    for server in (a, b):
+        seen = [
+            r["outcome"]
+            for r in reconcile_records(server.log)
+            if r["revision"] == revision and r["outcome"] in ("succeeded", "noop")
+        ]
+        if not seen:
+            return []
+        first.append(seen[0])
+    return first
+
+
 def test_two_replicas_on_postgresql_apply_once_and_never_double_claim(
     tmp_path: Path, pg_template: Any
 ) -> None:
@@ -327,9 +336,17 @@ def test_two_replicas_on_postgresql_apply_once_and_never_double_claim(
         try:
             factory = wait_for(lambda: a.factory("gitops"))
             assert len(factory["webhooks"]) == 1
+            # Each replica watches the directory once its start-up reconcile is done: wait for both.
+            outcomes = wait_for(
+                lambda: applied_by_both(a, b, factory["last_applied_revision"]), what="start-up reconciles"
+            )
+            assert sorted(outcomes) == ["noop", "succeeded"]  # applied once, a no-op for the other
             (root / "webhooks" / "second.yaml").write_text("secretName: hooks\n")
             factory = wait_for(lambda: (f := b.factory("gitops")) and len(f["webhooks"]) == 2 and f)
-            time.sleep(1.5)  # let both replicas finish reconciling the edit
+            outcomes = wait_for(
+                lambda: applied_by_both(a, b, factory["last_applied_revision"]), what="reconciles of the edit"
+            )
+            assert sorted(outcomes) == ["noop", "succeeded"]
             names = sorted(w["name"] for w in a.factory("gitops")["webhooks"])
             assert names == ["alerts", "second"]  # applied once: no duplicate rows, no conflicts
 

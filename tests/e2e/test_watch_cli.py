@@ -6,13 +6,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from serve_support import wait_for
 
 pytestmark = pytest.mark.slow
 KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
+NO_CHANGES = {"add": 0, "change": 0, "destroy": 0}
 
 
 def run(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -32,13 +33,13 @@ def plan(data: Path, root: Path) -> dict:  # type: ignore[type-arg]
     return json.loads(result.stdout)  # type: ignore[no-any-return]
 
 
-def wait_until(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError("timed out")
+def in_sync(data: Path, root: Path, webhook: str) -> bool:
+    """The store holds what the files say (a plan has nothing to do) and ``webhook`` has a UID.
+
+    A plan lists every webhook of the files, stored or not: only a UID shows the watcher applied it.
+    """
+    result = plan(data, root)
+    return result["summary"] == NO_CHANGES and result["factory"]["webhooks"].get(webhook) is not None
 
 
 def test_watch_applies_edits(tmp_path: Path) -> None:
@@ -56,13 +57,18 @@ def test_watch_applies_edits(tmp_path: Path) -> None:
         env=env,
     )
     try:
-        wait_until(lambda: plan(data, root)["summary"] == {"add": 0, "change": 0, "destroy": 0})
+        wait_for(lambda: in_sync(data, root, "a"), timeout=20, what="the start-up apply")
         (root / "webhooks" / "b.yaml").write_text("secretName: s\n")
-        wait_until(lambda: "b" in plan(data, root)["factory"]["webhooks"])
+        wait_for(lambda: in_sync(data, root, "b"), timeout=20, what="the new webhook applied")
         (root / "webhooks" / "b.yaml").write_text("secretName: [broken\n")
-        wait_until(lambda: "b.yaml:2:1: error[FC002]" in (tmp_path / "watch.log").read_text())
+        wait_for(
+            lambda: "b.yaml:2:1: error[FC002]" in (tmp_path / "watch.log").read_text(),
+            timeout=20,
+            what="the broken edit reported",
+        )
         assert proc.poll() is None
     finally:
         proc.terminate()
         proc.wait(10)
+        log.close()
     assert proc.returncode == 0

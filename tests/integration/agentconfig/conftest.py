@@ -5,12 +5,12 @@ into ``<tmp>/dumps/<run_id>/``; a local git repository serving skills; keys, sec
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import builders
 import git
 import pytest
 from aiohttp.test_utils import TestClient
@@ -21,12 +21,8 @@ from api.claims.reaper import lease_reaper
 from api.context import ServerSettings
 from api.runs.claim_signal import wake_claimers
 from factoryctl.serve.local_workers import service_workers
-from store import apikeys, ids
-from store import secrets as secret_store
 from store.clock import SystemClock
 from store.crypto import SecretBox
-from store.models import Environment
-from store.teams import ensure_team
 
 RUNS = "/api/v1/agent/runs"
 SKILL_MD = "---\nname: triage-bot\ndescription: Sorts issues\n---\n\nYou are the triage skill.\n"
@@ -84,28 +80,13 @@ class Ctx:
 
     async def secret(self, name: str, value: str) -> None:
         async with self.sessions() as s, s.begin():
-            await secret_store.create(s, self.box, SystemClock(), self.team_id, name, value)
+            await builders.secret(s, self.box, SystemClock(), self.team_id, name, value)
 
     async def environment(self, name: str, spec: dict[str, Any]) -> str:
         """An environment as the reconciler applies ``environments/<name>.yaml``."""
-        now = dt.datetime.now(dt.UTC)
-        uid = ids.new_id(ids.ENVIRONMENT)
         async with self.sessions() as s, s.begin():
-            s.add(
-                Environment(
-                    uid=uid,
-                    team_id=self.team_id,
-                    factory_uid=None,
-                    name=name,
-                    spec=spec,
-                    managed_by="definitions",
-                    definition_path=f"environments/{name}.yaml",
-                    spec_digest=None,
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
-        return uid
+            row = await builders.environment(s, SystemClock(), self.team_id, name, spec)
+        return row.uid
 
 
 @pytest.fixture
@@ -127,10 +108,11 @@ async def ctx(
         settings, engine, box, lifecycles=[lifecycle, lease_reaper(0.5)], route_modules=ROUTE_MODULES
     )
     client = await aiohttp_client(app)
+    clock = SystemClock()
     async with sessions() as s, s.begin():
-        team = await ensure_team(s, "default")
-        _k, member = await apikeys.create_key(s, SystemClock(), team.id, "member", "member")
-        _k, admin = await apikeys.create_key(s, SystemClock(), team.id, "admin", "admin")
+        team = await builders.team(s, clock=clock)
+        member = await builders.api_key(s, clock, team.id, "member", name="member")
+        admin = await builders.api_key(s, clock, team.id, "admin", name="admin")
     return Ctx(
         client=client,
         sessions=sessions,

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import builders
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
@@ -19,10 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import ROUTE_MODULES, create_app
 from api.context import ServerSettings
-from store import apikeys
+from api.runs.records import Creator
 from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
-from store.teams import ensure_team
 
 PUBLIC_URL = "http://factory.test"
 MakeKey = Callable[..., Awaitable[str]]
@@ -52,11 +52,10 @@ def make_key(sessions: async_sessionmaker[AsyncSession]) -> MakeKey:
         role: str, *, team: str = "default", worker_hosts: list[str] | None = None, name: str | None = None
     ) -> str:
         async with sessions() as s, s.begin():
-            row = await ensure_team(s, team)
-            _key, plaintext = await apikeys.create_key(
-                s, SystemClock(), row.id, name or f"{role} key", role, worker_hosts
+            row = await builders.team(s, team)
+            return await builders.api_key(
+                s, SystemClock(), row.id, role, name=name, worker_hosts=worker_hosts
             )
-        return plaintext
 
     return make
 
@@ -65,7 +64,7 @@ def make_key(sessions: async_sessionmaker[AsyncSession]) -> MakeKey:
 async def team_id(sessions: async_sessionmaker[AsyncSession]) -> str:
     """Id of the default team (created if needed)."""
     async with sessions() as s, s.begin():
-        return (await ensure_team(s)).id
+        return (await builders.team(s)).id
 
 
 @pytest.fixture
@@ -98,7 +97,6 @@ def seed_run(sessions: async_sessionmaker[AsyncSession]) -> SeedRun:
     Inserts a run through :func:`api.runs.records.create_run` (optionally at a ManualClock's time),
     then overwrites any given Run columns (``state``, ``factory_uid``...) directly, as a worker would.
     """
-    from api.runs.records import Creator, create_run
 
     async def seed(
         *,
@@ -112,21 +110,18 @@ def seed_run(sessions: async_sessionmaker[AsyncSession]) -> SeedRun:
         **columns: Any,
     ) -> str:
         async with sessions() as s, s.begin():
-            row = await ensure_team(s, team)
-            run = await create_run(
+            row = await builders.team(s, team)
+            run = await builders.run(
                 s,
                 clock or SystemClock(),
-                team_id=row.id,
+                row.id,
                 prompt=prompt,
                 title=title,
-                agent_config=agent_config or {},
+                agent_config=agent_config,
                 source=source,
                 creator=Creator("service_account", creator_uid, "seed"),
-                metadata={},
-                attachments=[],
+                **columns,
             )
-            for name, value in columns.items():
-                setattr(run, name, value)
             return run.run_id
 
     return seed

@@ -12,7 +12,6 @@ pytest loop, and both talk to the server over TCP exactly as users do.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import socket
 import threading
@@ -21,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+import builders
 import httpx
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -29,12 +29,9 @@ from api.app import ROUTE_MODULES, create_app
 from api.context import ServerSettings
 from api.management.validate import VALIDATOR
 from factoryctl.serve.validation import make_validator
-from store import apikeys, ids
 from store.clock import SystemClock
 from store.crypto import SecretBox
 from store.db import create_engine, session_factory
-from store.models import Automation, AutomationWebhook
-from store.teams import ensure_team
 
 T = TypeVar("T")
 
@@ -112,16 +109,13 @@ class LiveServer(ThreadedApp):
     async def _app(self, port: int) -> web.Application:
         self.engine = create_engine(self.db_url)
         async with self.sessions() as s, s.begin():
-            team = await ensure_team(s)
-            other = await ensure_team(s, "other-team")
-            for role, row, hosts in (
-                ("admin", team, None),
-                ("member", team, None),
-                ("worker", team, ["host-a"]),
-                ("other", other, None),
-            ):
-                real = "admin" if role == "other" else role
-                _key, self.keys[role] = await apikeys.create_key(s, SystemClock(), row.id, role, real, hosts)
+            keys = await builders.role_keys(s, SystemClock(), names={"other_admin": "other"})
+        self.keys = {
+            "admin": keys.admin,
+            "member": keys.member,
+            "worker": keys.worker,
+            "other": keys.other_admin,
+        }
         settings = ServerSettings(data_dir=self.data_dir, port=port, lease_seconds=30.0)
         app = create_app(settings, self.engine, self.box, route_modules=ROUTE_MODULES)
         app[VALIDATOR] = make_validator(self.box)
@@ -150,39 +144,18 @@ class LiveServer(ThreadedApp):
         """An automation with one webhook trigger and its routing row, as an apply leaves them."""
 
         async def go() -> str:
-            now = dt.datetime.now(dt.UTC)
-            uid = ids.new_id(ids.AUTOMATION)
-            flt: dict[str, Any] = {"webhook_ids": [webhook_uid]}
-            if payload_filter is not None:
-                flt["payload"] = payload_filter
             async with self.sessions() as s, s.begin():
-                team = await ensure_team(s)
-                s.add(
-                    Automation(
-                        uid=uid,
-                        team_id=team.id,
-                        factory_uid=factory_uid,
-                        name=name,
-                        enabled=True,
-                        agent="foreman",
-                        config={},
-                        prompt="Triage the event.",
-                        triggers=[{"provider": "webhook", "event": "received", "filter": flt}],
-                        definition_path=f"automations/{name}/automation.md",
-                        created_at=now,
-                        updated_at=now,
-                    )
+                team = await builders.team(s)
+                row = await builders.automation(
+                    s,
+                    SystemClock(),
+                    team.id,
+                    factory_uid,
+                    name,
+                    [builders.webhook_trigger([webhook_uid], payload_filter)],
+                    definition_path=f"automations/{name}/automation.md",
                 )
-                await s.flush()
-                s.add(
-                    AutomationWebhook(
-                        automation_uid=uid,
-                        trigger_index=0,
-                        webhook_uid=webhook_uid,
-                        payload_filter=payload_filter,
-                    )
-                )
-            return uid
+            return row.uid
 
         return self.run(go())
 

@@ -1,5 +1,6 @@
 """Fixtures for ingress tests: the real app over real HTTP, with factories, webhooks, automations and
-team secrets written straight into the store (the reconciler is not needed to exercise ingress).
+team secrets written straight into the store with :mod:`builders` (the reconciler is not needed to
+exercise ingress).
 
 ``make_ingress(**settings)`` builds the app (ManualClock by default, so signatures and rate windows
 are deterministic) and returns an :class:`Ingress` harness: ``webhook(...)`` and ``automation(...)``
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import builders
 import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
@@ -30,8 +32,7 @@ from store import ids
 from store import secrets as secret_store
 from store.clock import ManualClock
 from store.crypto import SecretBox
-from store.models import Automation, AutomationWebhook, Delivery, Factory, Run, RunAttachment, Webhook
-from store.teams import ensure_team
+from store.models import Automation, Delivery, Run, RunAttachment, Webhook
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 INGRESS_MODULES = ("api.ops", "api.ingress.routes")
@@ -51,7 +52,7 @@ class Hook:
 
 
 class Ingress:
-    """One app + client + seeded factory; helpers write rows with the ORM and read results back."""
+    """One app + client + seeded factory; helpers write rows with :mod:`builders` and read results back."""
 
     def __init__(
         self,
@@ -91,37 +92,25 @@ class Ingress:
                 if scheme and canonical_scheme(scheme) == "standard_webhooks"
                 else f"s3cr3t-{self._n}-x"
             )
-        now = self.clock.now()
-        uid = ids.new_id(ids.WEBHOOK)
         async with self.sessions() as s, s.begin():
             version = None
             if secret is not None:
-                info = await secret_store.create(
-                    s, self.box, self.clock, self.team_id, f"{name}-secret", secret
-                )
+                info = await builders.secret(s, self.box, self.clock, self.team_id, f"{name}-secret", secret)
                 version = info.version
-            s.add(
-                Webhook(
-                    uid=uid,
-                    team_id=self.team_id,
-                    factory_uid=self.factory_uid,
-                    name=name,
-                    description=None,
-                    auth_mode=auth_mode,
-                    signature_scheme=scheme,
-                    secret_name=f"{name}-secret",
-                    secret_version=version,
-                    delivery_id_header=delivery_id_header,
-                    enabled=enabled,
-                    managed_by="api",
-                    definition_path=None,
-                    spec_digest=None,
-                    created_at=now,
-                    updated_at=now,
-                    deleted_at=None,
-                )
+            row = await builders.webhook(
+                s,
+                self.clock,
+                self.team_id,
+                self.factory_uid,
+                name,
+                auth_mode=auth_mode,
+                signature_scheme=scheme,
+                secret_name=f"{name}-secret",
+                secret_version=version,
+                delivery_id_header=delivery_id_header,
+                enabled=enabled,
             )
-        return Hook(uid, name, auth_mode, secret, scheme)
+        return Hook(row.uid, name, auth_mode, secret, scheme)
 
     async def automation(
         self,
@@ -135,45 +124,21 @@ class Ingress:
         config: dict[str, Any] | None = None,
         agent: str = "foreman",
     ) -> str:
-        now = self.clock.now()
-        uid = ids.new_id(ids.AUTOMATION)
-        trigger = {
-            "provider": "webhook",
-            "event": "received",
-            "filter": {"webhook_ids": [h.uid for h in hooks]},
-        }
-        if payload_filter is not None:
-            trigger["filter"]["payload"] = payload_filter  # type: ignore[index]
         async with self.sessions() as s, s.begin():
-            s.add(
-                Automation(
-                    uid=uid,
-                    team_id=self.team_id,
-                    factory_uid=self.factory_uid,
-                    name=name,
-                    enabled=enabled,
-                    agent=agent,
-                    title=title,
-                    config=config or {},
-                    prompt=prompt,
-                    triggers=[trigger],
-                    definition_path=None,
-                    spec_digest=None,
-                    created_at=now,
-                    updated_at=now,
-                )
+            row = await builders.automation(
+                s,
+                self.clock,
+                self.team_id,
+                self.factory_uid,
+                name,
+                [builders.webhook_trigger([h.uid for h in hooks], payload_filter)],
+                enabled=enabled,
+                agent=agent,
+                prompt=prompt,
+                title=title,
+                config=config,
             )
-            await s.flush()
-            for hook in hooks:
-                s.add(
-                    AutomationWebhook(
-                        automation_uid=uid,
-                        trigger_index=0,
-                        webhook_uid=hook.uid,
-                        payload_filter=payload_filter,
-                    )
-                )
-        return uid
+        return row.uid
 
     async def update_webhook(self, hook: Hook, **values: Any) -> None:
         async with self.sessions() as s, s.begin():
@@ -268,24 +233,15 @@ def make_ingress(
     ) -> Ingress:
         clock = clock or ManualClock(NOW)
         async with sessions() as s, s.begin():
-            team = await ensure_team(s, clock=clock)
-            factory = Factory(
-                uid=ids.new_id(ids.FACTORY),
-                team_id=team.id,
-                name=f"factory-{ids.new_id('x')[-6:]}",
-                description=None,
+            team = await builders.team(s, clock=clock)
+            factory = await builders.factory(
+                s,
+                clock,
+                team.id,
+                f"factory-{ids.new_id('x')[-6:]}",
                 worker_host=worker_host,
-                managed_by="api",
-                agents=agents or {"foreman": {}},
-                source=None,
-                spec_digest=None,
-                last_applied_revision=None,
-                last_attempted_revision=None,
-                conditions=[],
-                created_at=clock.now(),
-                updated_at=clock.now(),
+                agents=agents or None,
             )
-            s.add(factory)
             team_id, factory_uid = team.id, factory.uid
         app = create_app(
             ServerSettings(data_dir=tmp_path, **settings),

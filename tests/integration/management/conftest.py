@@ -2,17 +2,17 @@
 database, keys per role, and an ``mgmt`` helper that drives the API the way a dashboard would. Test
 modules import :class:`Mgmt` only for type checking (``conftest`` is not a unique module name).
 
-Definitions-managed factories and automations are written as ORM rows, exactly as an apply leaves them:
-the management API only reads them, and these tests must not depend on the reconciler.
+Definitions-managed factories and automations are written with :mod:`builders`, as an apply leaves
+them: the management API only reads them, and these tests must not depend on running the reconciler.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import builders
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
@@ -20,12 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import ROUTE_MODULES, create_app
 from api.context import ServerSettings
-from store import apikeys, ids
-from store import secrets as secret_store
 from store.clock import SystemClock
 from store.crypto import SecretBox
-from store.models import Automation, AutomationWebhook, Factory, Webhook
-from store.teams import ensure_team
 
 PUBLIC_URL = "http://factory.test"
 
@@ -80,49 +76,28 @@ class Mgmt:
 
     async def secret(self, name: str, value: str) -> None:
         async with self.sessions() as s, s.begin():
-            await secret_store.create(s, self.box, SystemClock(), self.team_id, name, value)
+            await builders.secret(s, self.box, SystemClock(), self.team_id, name, value)
 
     async def definitions_factory(
         self, name: str = "repo-shop", webhooks: tuple[str, ...] = ("github",)
     ) -> str:
         """A factory as an apply from files leaves it, with token webhooks using secret ``<name>-token``."""
-        now = dt.datetime.now(dt.UTC)
-        uid = ids.new_id(ids.FACTORY)
+        clock = SystemClock()
         async with self.sessions() as s, s.begin():
-            s.add(
-                Factory(
-                    uid=uid,
-                    team_id=self.team_id,
-                    name=name,
-                    managed_by="definitions",
-                    agents={"foreman": {}},
-                    conditions=[],
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
-            await s.flush()
+            row = await builders.factory(s, clock, self.team_id, name, managed_by="definitions")
             for hook in webhooks:
-                info = await secret_store.create(
-                    s, self.box, SystemClock(), self.team_id, f"{hook}-token", secret_store.generate_value()
+                info = await builders.secret(s, self.box, clock, self.team_id, f"{hook}-token")
+                await builders.webhook(
+                    s,
+                    clock,
+                    self.team_id,
+                    row.uid,
+                    hook,
+                    secret_name=f"{hook}-token",
+                    secret_version=info.version,
+                    managed_by="definitions",
                 )
-                s.add(
-                    Webhook(
-                        uid=ids.new_id(ids.WEBHOOK),
-                        team_id=self.team_id,
-                        factory_uid=uid,
-                        name=hook,
-                        auth_mode="token",
-                        secret_name=f"{hook}-token",
-                        secret_version=info.version,
-                        enabled=True,
-                        managed_by="definitions",
-                        definition_path=f"webhooks/{hook}.yaml",
-                        created_at=now,
-                        updated_at=now,
-                    )
-                )
-        return uid
+        return row.uid
 
     async def automation(
         self,
@@ -133,40 +108,18 @@ class Mgmt:
         enabled: bool = True,
     ) -> str:
         """An automation with a webhook trigger per ``(webhook_ids, payload filter)``, plus routing rows."""
-        now = dt.datetime.now(dt.UTC)
-        uid = ids.new_id(ids.AUTOMATION)
-        specs = []
-        for webhook_ids, flt in triggers:
-            f: dict[str, Any] = {"webhook_ids": webhook_ids}
-            if flt is not None:
-                f["payload"] = flt
-            specs.append({"provider": "webhook", "event": "received", "filter": f})
         async with self.sessions() as s, s.begin():
-            s.add(
-                Automation(
-                    uid=uid,
-                    team_id=self.team_id,
-                    factory_uid=factory_uid,
-                    name=name,
-                    enabled=enabled,
-                    agent="foreman",
-                    config={},
-                    prompt="Triage the event.",
-                    triggers=specs,
-                    definition_path=f"automations/{name}/automation.md",
-                    created_at=now,
-                    updated_at=now,
-                )
+            row = await builders.automation(
+                s,
+                SystemClock(),
+                self.team_id,
+                factory_uid,
+                name,
+                [builders.webhook_trigger(webhook_ids, flt) for webhook_ids, flt in triggers],
+                enabled=enabled,
+                definition_path=f"automations/{name}/automation.md",
             )
-            await s.flush()
-            for index, (webhook_ids, flt) in enumerate(triggers):
-                for wid in webhook_ids:
-                    s.add(
-                        AutomationWebhook(
-                            automation_uid=uid, trigger_index=index, webhook_uid=wid, payload_filter=flt
-                        )
-                    )
-        return uid
+        return row.uid
 
 
 @pytest.fixture
@@ -174,26 +127,15 @@ async def mgmt(
     aiohttp_client: Any, api_app: web.Application, sessions: async_sessionmaker[AsyncSession], box: SecretBox
 ) -> Mgmt:
     client: TestClient[Any, Any] = await aiohttp_client(api_app)
-    keys: dict[str, str] = {}
     async with sessions() as s, s.begin():
-        team = await ensure_team(s)
-        other = await ensure_team(s, "other-team")
-        for role, team_row, hosts in (
-            ("admin", team, None),
-            ("member", team, None),
-            ("worker", team, ["host-a"]),
-            ("other_admin", other, None),
-        ):
-            real_role = "admin" if role == "other_admin" else role
-            _row, keys[role] = await apikeys.create_key(s, SystemClock(), team_row.id, role, real_role, hosts)
-        team_id = team.id
+        keys = await builders.role_keys(s, SystemClock())
     return Mgmt(
         client=client,
         sessions=sessions,
         box=box,
-        team_id=team_id,
-        admin=auth(keys["admin"]),
-        member=auth(keys["member"]),
-        worker=auth(keys["worker"]),
-        other_admin=auth(keys["other_admin"]),
+        team_id=keys.team_id,
+        admin=auth(keys.admin),
+        member=auth(keys.member),
+        worker=auth(keys.worker),
+        other_admin=auth(keys.other_admin),
     )

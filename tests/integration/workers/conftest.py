@@ -1,7 +1,8 @@
 """Fixtures for worker tests: runs inserted through the store, keys per role, the real app.
 
 ``new_run(worker_host="", prompt=..., team="default", clock=None, agent_config=None,
-attachments=())`` queues a run with :func:`api.runs.records.create_run` and returns its id.
+attachments=())`` queues a run with :func:`builders.run` (:func:`api.runs.records.create_run`) and
+returns its id.
 ``worker_app(lifecycles=(), **settings)`` builds the app with the run and worker routes.
 """
 
@@ -12,18 +13,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import builders
 import pytest
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import Lifecycle, create_app
 from api.context import ServerSettings
-from api.runs.records import Creator, NewAttachment, create_run
-from store import apikeys
+from api.runs.records import NewAttachment
 from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
 from store.models import Run
-from store.teams import ensure_team
 
 ROUTES = ("api.ops", "api.runs.routes", "api.claims.routes")
 NewRun = Callable[..., Awaitable[str]]
@@ -42,18 +42,14 @@ def new_run(sessions: async_sessionmaker[AsyncSession]) -> NewRun:
         attachments: Sequence[NewAttachment] = (),
     ) -> str:
         async with sessions() as s, s.begin():
-            row = await ensure_team(s, team)
-            run = await create_run(
+            row = await builders.team(s, team)
+            run = await builders.run(
                 s,
                 clock or SystemClock(),
-                team_id=row.id,
+                row.id,
                 prompt=prompt,
-                title=None,
-                agent_config=agent_config or {},
-                source="API",
-                creator=Creator("service_account", "key_test", "test"),
-                metadata={},
-                attachments=list(attachments),
+                agent_config=agent_config,
+                attachments=attachments,
                 worker_host=worker_host,
             )
             return run.run_id
@@ -65,11 +61,8 @@ def new_run(sessions: async_sessionmaker[AsyncSession]) -> NewRun:
 def make_key(sessions: async_sessionmaker[AsyncSession]) -> MakeKey:
     async def make(role: str, *, team: str = "default", worker_hosts: list[str] | None = None) -> str:
         async with sessions() as s, s.begin():
-            row = await ensure_team(s, team)
-            _key, plaintext = await apikeys.create_key(
-                s, SystemClock(), row.id, f"{role} key", role, worker_hosts
-            )
-        return plaintext
+            row = await builders.team(s, team)
+            return await builders.api_key(s, SystemClock(), row.id, role, worker_hosts=worker_hosts)
 
     return make
 
