@@ -29,7 +29,12 @@ def _relevant(change: tuple[Change, str], root: Path) -> bool:
 
 
 class DirectorySource:
-    """Yields the directory once at start, then after every debounced batch of relevant edits."""
+    """Yields the directory once at start, then after every debounced batch of relevant edits.
+
+    The watcher starts *before* the first snapshot is handed out and runs while the consumer applies
+    it, so an edit saved during any apply (the start-up one included) marks the tree dirty and is
+    yielded next; batches that arrive while a snapshot is being applied coalesce into one.
+    """
 
     def __init__(self, root: Path, *, debounce_ms: int = 300, step_ms: int = 50) -> None:
         self.root = root.resolve()
@@ -38,17 +43,37 @@ class DirectorySource:
         self.force = asyncio.Event()
 
     async def snapshots(self, stop: asyncio.Event) -> AsyncIterator[Snapshot]:
-        yield Snapshot(self.root, None)
-        while not stop.is_set():
+        dirty, watch_stop = asyncio.Event(), asyncio.Event()
+        watcher = asyncio.create_task(self._watch(dirty, watch_stop), name="definitions-watcher")
+        # One loop turn runs the watcher task up to its first wait: by then watchfiles has registered
+        # the directory (it does so synchronously when iteration starts), so no edit can slip between.
+        await asyncio.sleep(0)
+        try:
+            yield Snapshot(self.root, None)
+            while not stop.is_set():
+                await _first_of(stop, dirty, self.force)
+                if stop.is_set():
+                    return
+                forced = self.force.is_set()
+                self.force.clear()
+                dirty.clear()
+                yield Snapshot(self.root, None, forced=forced)
+        finally:
+            watch_stop.set()  # ends the watch thread within one step
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def _watch(self, dirty: asyncio.Event, watch_stop: asyncio.Event) -> None:
+        """Set ``dirty`` after every relevant batch of edits, and when the root vanishes or reappears."""
+        while not watch_stop.is_set():
             if not self.root.exists():
-                # watchfiles cannot watch a missing path: wait for it to (re)appear.
-                await self._sleep_or_wake(stop, 1.0)
-                if self.root.exists() or self.force.is_set():
-                    self.force.clear()
-                    yield Snapshot(self.root, None, forced=True)
+                # watchfiles cannot watch a missing path: poll for it to (re)appear.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(watch_stop.wait(), 1.0)
+                if self.root.exists():
+                    dirty.set()
                 continue
-            watch_stop = asyncio.Event()
-            relay = asyncio.create_task(self._relay(stop, watch_stop))
             try:
                 async for changes in awatch(
                     self.root,
@@ -59,39 +84,19 @@ class DirectorySource:
                     ignore_permission_denied=True,
                 ):
                     if any(_relevant(c, self.root) for c in changes):
-                        yield Snapshot(self.root, None)
+                        dirty.set()
                     if not self.root.exists():
                         break
             except FileNotFoundError:
                 log.warning('{"msg": "definitions directory vanished", "path": "%s"}', self.root)
-            finally:
-                watch_stop.set()
-                relay.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await relay
-            if stop.is_set():
-                return
-            if self.force.is_set():
-                self.force.clear()
-                yield Snapshot(self.root, None, forced=True)
-            elif not self.root.exists():
-                yield Snapshot(self.root, None)  # report the vanished tree (apply refuses it)
+            if not self.root.exists():
+                dirty.set()  # report the vanished tree (apply refuses it)
 
-    async def _relay(self, stop: asyncio.Event, watch_stop: asyncio.Event) -> None:
-        """Stop the watcher on shutdown, and wake it on a forced reconcile."""
-        stop_wait = asyncio.create_task(stop.wait())
-        force_wait = asyncio.create_task(self.force.wait())
-        try:
-            await asyncio.wait({stop_wait, force_wait}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop_wait.cancel()
-            force_wait.cancel()
-        watch_stop.set()  # shutdown, or a forced reconcile: end this watch round either way
 
-    async def _sleep_or_wake(self, stop: asyncio.Event, seconds: float) -> None:
-        waits = {asyncio.create_task(stop.wait()), asyncio.create_task(self.force.wait())}
-        try:
-            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
+async def _first_of(*events: asyncio.Event) -> None:
+    waits = {asyncio.create_task(e.wait()) for e in events}
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
