@@ -18,7 +18,7 @@ import pytest
 
 from factoryctl.cli import COMMANDS, build_parser, command_name
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 # Run main(argv), then print the imported modules as the last line of stderr.
 PROBE = """
 import json, sys
