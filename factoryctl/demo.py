@@ -1,10 +1,12 @@
 """``make run``: the example factory, live on SQLite, in one command.
 
-Steps: validate ``example-factory/``; create the team secrets its webhooks name (generated values);
-apply the webhooks, so the service assigns their UIDs; copy the automations into a working copy of
-the factory with the example's placeholder UIDs replaced by the assigned ones (in a real repository
-you commit the UIDs that ``factoryctl apply`` printed); then ``serve --repo`` that working copy with
-two service-hosted ``echo`` workers, printing commands to post a delivery and see the run it starts.
+Steps: validate ``example-factory/``; create the team secrets it names (generated values): the
+webhooks' own with scope ``webhook``, the environments' with scope ``run`` (a webhook's secret never
+reaches a run: docs/management.md, "Team secrets"); apply the webhooks, so the service assigns their
+UIDs; copy the automations into a working copy of the factory with the example's placeholder UIDs
+replaced by the assigned ones (in a real repository you commit the UIDs that ``factoryctl apply``
+printed); then ``serve --repo`` that working copy with two service-hosted ``echo`` workers, printing
+commands to post a delivery and see the run it starts.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from factoryctl.serve.process import ADMIN_KEY_FILE, ServeOptions, bootstrap_adm
 from reconciler.loader import load
 from reconciler.rules import check
 from reconciler.service import reconcile
+from reconciler.specs import FactoryDefinition
 from store import secrets as secret_store
 from store.clock import SystemClock
 from store.db import session_factory
@@ -34,6 +37,16 @@ PLACEHOLDER = re.compile(r"\bwh_example[0-9a-z]*\b")
 def placeholder_uid(webhook_name: str) -> str:
     """The UID the example's automation files use for a webhook before it is applied."""
     return "wh_" + ("example" + webhook_name.replace("-", ""))[:26].ljust(26, "0")
+
+
+def example_secrets(definition: FactoryDefinition) -> dict[str, str]:
+    """Secret name -> scope of every team secret the example names: webhooks' ``secretName`` are
+    ``webhook``, environments' ``secrets`` are ``run``."""
+    out = {hook.secret_name: secret_store.WEBHOOK for hook in definition.webhooks}
+    for environment in definition.environments:
+        for name in (environment.spec or {}).get("secrets") or []:
+            out.setdefault(str(name), secret_store.RUN)
+    return out
 
 
 async def prepare(ctx: CliContext, example: Path, work: Path) -> dict[str, str]:
@@ -52,11 +65,11 @@ async def prepare(ctx: CliContext, example: Path, work: Path) -> dict[str, str]:
         sessions = session_factory(engine)
         async with sessions() as s, s.begin():
             team = await ensure_team(s)
-            for hook in definition.webhooks:
-                if await secret_store.get(s, team.id, hook.secret_name) is None:
+            for name, scope in example_secrets(definition).items():
+                if await secret_store.get(s, team.id, name) is None:
                     value = secret_store.generate_value()
-                    await secret_store.create(s, box, clock, team.id, hook.secret_name, value)
-                    print(f"created team secret {hook.secret_name}")
+                    await secret_store.create(s, box, clock, team.id, name, value, scope=scope)
+                    print(f"created team secret {name} (scope {scope})")
         # Phase 1: the webhooks alone, so that the service assigns their UIDs.
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(example, work, ignore=shutil.ignore_patterns("automations", "README.md"))

@@ -3,7 +3,12 @@
 - ``secretName`` names an existing team secret (FC040);
 - a ``url_token`` secret's current value is URL-safe, ``[A-Za-z0-9._~-]+`` (FC041);
 - a Standard Webhooks secret decodes: ``whsec_`` + base64 of 24-64 bytes (FC042);
-- webhook UIDs referenced by triggers exist in this factory (FC043).
+- webhook UIDs referenced by triggers exist in this factory (FC043);
+- every secret fits its use (FC044; docs/management.md, "Team secrets"): a webhook's ``secretName`` is a
+  ``webhook`` secret, and what runs reference (an environment's ``secrets``, ``secret:NAME`` values in the
+  ``mcp_servers`` of ``factory.yaml`` agents and of automations) are ``run`` secrets
+  (:func:`store.secrets.webhook_problem` and :func:`store.secrets.run_problem`, the rules the API keeps).
+  A run reference to a missing secret is left to run creation (422), as before.
 
 Each problem points at the line of the key it is about. Secret values are read to check their
 shape and never appear in a message.
@@ -13,7 +18,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,6 +29,7 @@ from reconciler.specs import FactoryDefinition, Location, WebhookSpec
 from store import secrets
 from store.crypto import SecretBox
 
+SCOPE_RULE = "FC044"  # secret scope does not fit its use
 WHSEC_PREFIX = "whsec_"
 WHSEC_MIN_BYTES, WHSEC_MAX_BYTES = 24, 64
 
@@ -58,9 +65,10 @@ async def check(
     the same apply keeps; ``None`` skips the UID check (no factory context, e.g. a dry run).
     """
     out: list[Diagnostic] = []
-    values: dict[str, str | None] = {}
+    values: dict[str, str] = {}
     for webhook in definition.webhooks:
         out += await _webhook(session, box, team_id, definition.root, webhook, values)
+    out += await _run_references(session, team_id, definition)
     if known_webhooks is not None:
         out += _uids(definition, known_webhooks)
     return sorted(out, key=lambda d: (d.path, d.line, d.column, d.rule))
@@ -72,17 +80,13 @@ async def _webhook(
     team_id: str,
     root: str,
     webhook: WebhookSpec,
-    values: dict[str, str | None],
+    values: dict[str, str],
 ) -> list[Diagnostic]:
     name = webhook.secret_name
     where = webhook.locations.get("secretName")
     fallback = f"{root}/{webhook.path}"
-    if name not in values:
-        values[name] = None
-        if await secrets.get(session, team_id, name) is not None:
-            values[name] = (await secrets.reveal(session, box, team_id, name))[0]
-    value = values[name]
-    if value is None:
+    row = await secrets.get(session, team_id, name)
+    if row is None:
         create = (
             "--from-stdin with the provider's signing secret"
             if webhook.auth_mode == "signature"
@@ -90,6 +94,16 @@ async def _webhook(
         )
         hint = f"create it first: factoryctl secrets create {name} {create}"
         return [_diag("FC040", f"team secret '{name}' does not exist", where, fallback, hint)]
+    scope_problem = secrets.webhook_problem(name, row.scope)
+    if scope_problem:
+        hint = (
+            f"runs may read a {row.scope} secret: if none does, factoryctl secrets set {name} --scope"
+            f" {secrets.WEBHOOK}; else give the webhook a secret of its own"
+        )
+        return [_diag(SCOPE_RULE, scope_problem, where, fallback, hint)]
+    if name not in values:
+        values[name] = (await secrets.reveal(session, box, team_id, name))[0]
+    value = values[name]
     if webhook.auth_mode == "url_token" and not secrets.URL_SAFE_RE.match(value):
         message = f"secret '{name}' is not URL-safe; a url_token secret may only contain A-Z a-z 0-9 . _ ~ -"
         hint = f"give it a URL-safe value: factoryctl secrets set {name} --generate"
@@ -102,6 +116,44 @@ async def _webhook(
         hint = f"set the sender's signing secret: factoryctl secrets set {name} --from-stdin"
         return [_diag("FC042", message, where, fallback, hint)]
     return []
+
+
+def _run_refs(definition: FactoryDefinition) -> Iterator[tuple[str, str, Mapping[str, Location], str]]:
+    """``(secret name, key, locations, file)`` for every secret a run started from ``definition`` may
+    reference: environments' ``secrets``, MCP ``secret:NAME`` values of agents and automations."""
+    root = definition.root
+    for environment in definition.environments:
+        names: Any = (environment.spec or {}).get("secrets") or []
+        for index, name in enumerate(names if isinstance(names, list) else []):
+            if isinstance(name, str):
+                yield name, f"secrets[{index}]", environment.locations, f"{root}/{environment.path}"
+    factory = definition.factory
+    for agent, config in sorted(factory.agents.items()):
+        if isinstance(config, Mapping):
+            for key, name in secrets.mcp_secret_refs(config.get("mcp_servers")):
+                yield name, f"agents.{agent}.{key}", factory.locations, f"{root}/{factory.path}"
+    for automation in definition.automations:
+        for key, name in secrets.mcp_secret_refs(automation.config.get("mcp_servers")):
+            yield name, f"config.{key}", automation.locations, f"{root}/{automation.path}"
+
+
+async def _run_references(
+    session: AsyncSession, team_id: str, definition: FactoryDefinition
+) -> list[Diagnostic]:
+    """FC044 for every run reference to an existing secret that is not ``run``-scoped."""
+    refs = list(_run_refs(definition))
+    found = await secrets.scopes(session, team_id, (name for name, *_ in refs))
+    out = []
+    for name, key, locations, fallback in refs:
+        scope = found.get(name)
+        problem = secrets.run_problem(name, scope) if scope is not None else None
+        if problem:
+            hint = (
+                f"a {scope} secret never reaches a run: reference a secret created with --scope"
+                f" {secrets.RUN} (factoryctl secrets create NAME --scope {secrets.RUN} --from-stdin)"
+            )
+            out.append(_diag(SCOPE_RULE, problem, locations.get(key), fallback, hint))
+    return out
 
 
 def _uids(definition: FactoryDefinition, known: Mapping[str, str]) -> list[Diagnostic]:

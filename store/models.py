@@ -14,6 +14,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     ForeignKey,
     Index,
@@ -90,13 +91,22 @@ class ApiKey(Base):
 
 
 class Secret(Base):
-    """A team secret; values live in :class:`SecretVersion`, encrypted."""
+    """A team secret; values live in :class:`SecretVersion`, encrypted.
+
+    ``scope`` says what may use it (docs/management.md, "Team secrets"): ``webhook`` backs a webhook's
+    auth and never reaches a run; ``run`` may be referenced by runs. Exactly one; the database default is
+    the closed one, ``webhook``.
+    """
 
     __tablename__ = "secrets"
-    __table_args__ = (UniqueConstraint("team_id", "name"),)
+    __table_args__ = (
+        UniqueConstraint("team_id", "name"),
+        CheckConstraint("scope IN ('run', 'webhook')", name="scope"),
+    )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))
     name: Mapped[str] = mapped_column(String(200))
+    scope: Mapped[str] = mapped_column(String(20), server_default=text("'webhook'"))
     current_version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[dt.datetime]
     updated_at: Mapped[dt.datetime]

@@ -38,7 +38,6 @@ from api.runs.prepare import (
     SKILL_KEY,
     SKILLS,
     find_environment,
-    mcp_secret_refs,
     public_config,
     skill_repositories,
     with_skill,
@@ -49,6 +48,7 @@ from api.runs.states import LEASED, IllegalTransition
 from store import NotFound
 from store.clock import Clock, rfc3339
 from store.models import Run, RunAttachment, RunFollowup
+from store.secrets import mcp_secret_refs
 
 SKILL_UNAVAILABLE = "skill_unavailable"
 
@@ -201,7 +201,8 @@ async def _fail_claimed(
 
 async def run_secret_names(session: AsyncSession, run: Run) -> list[str]:
     """Every team secret the run references: its MCP ``secret:NAME`` values and its environment's
-    ``secrets`` (as the environment is now). Computed from the store, never from a request."""
+    ``secrets`` (as the environment is now). Computed from the store, never from a request; which of
+    them a worker may read is :func:`store.secrets.reveal_for_run`'s rule (``run`` scope only)."""
     config = run.agent_config or {}
     names = {name for _field, name in mcp_secret_refs(config.get("mcp_servers"))}
     env_id = config.get("environment_id")

@@ -8,8 +8,9 @@
 - ``POST /workers/runs/{id}/logs`` ``{lines: [{stream, text}], worker_id?}`` appends to the run log.
 - ``POST /workers/runs/{id}/secrets`` ``{worker_id?}`` answers ``{secrets: {NAME: value}}``: the
   current values of the team secrets *this run* references (computed from the stored run, never
-  from the request), to the lease holder only, while the run is CLAIMED or INPROGRESS. A secret
-  deleted since the run was created is left out (the worker fails the run). Never logged.
+  from the request), to the lease holder only, while the run is CLAIMED or INPROGRESS. Only
+  ``run``-scoped secrets: one deleted or re-scoped since the run was created is left out (the worker
+  fails the run). Never logged.
 
 Worker keys act only for their own host IDs (403 otherwise); admin keys may act for any host,
 including ``""`` (service-hosted). The lease owner is the key plus the caller's ``worker_id``, so
@@ -306,13 +307,12 @@ async def secrets_route(request: web.Request) -> web.Response:
             raise NotFound(f"run {run_id} does not exist")
         if run.lease_owner != owner or RunState(run.state) not in LEASED:
             raise Conflict(f"run {run_id} is {run.state} and its lease is not held by this worker")
-        values: dict[str, str] = {}
-        for name in await run_secret_names(session, run):
-            try:
-                values[name], _version = await secret_store.reveal(session, box, who.team_id, name)
-            except NotFound:
-                continue  # deleted since the run was created: the worker reports it missing
-    return web.json_response({"secrets": values}, headers={"Cache-Control": "no-store"})
+        # Only run-scoped secrets: one deleted or re-scoped since the run was created (or a run stored
+        # before scopes existed) is left out, and the worker reports it missing.
+        readable = await secret_store.reveal_for_run(
+            session, box, who.team_id, await run_secret_names(session, run)
+        )
+    return web.json_response({"secrets": readable.values}, headers={"Cache-Control": "no-store"})
 
 
 def setup(app: web.Application) -> None:

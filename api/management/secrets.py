@@ -7,6 +7,11 @@ verifying with the version they captured until they next apply (docs/reconcile.m
 responses name the
 webhooks (``used_by``, as ``<factory>/<webhook>``) that use the secret. A secret a live webhook uses
 cannot be deleted (409 naming them): deleting it would make those webhooks reject every delivery.
+
+``scope`` (``webhook``, the default, or ``run``) says what may use a secret; the store keeps the rule
+(:mod:`store.secrets`): making a secret a live webhook names ``run`` is a 409, since runs could then read
+the value that verifies its deliveries. A ``PUT`` with ``scope`` and no ``value``/``generate`` changes
+only the scope.
 """
 
 from __future__ import annotations
@@ -50,8 +55,22 @@ def secret_json(info: secret_store.SecretInfo, used_by: list[str]) -> dict[str, 
         "version": info.version,
         "created_at": rfc3339(info.created_at),
         "updated_at": rfc3339(info.updated_at),
+        "scope": info.scope,
         "used_by": used_by,
     }
+
+
+def _scope(body: dict[str, Any], errors: list[dict[str, Any]]) -> str | None:
+    """The requested scope, or None when not given."""
+    scope = body.get("scope")
+    if scope is None:
+        return None
+    if scope not in secret_store.SCOPES:
+        errors.append(
+            field_error("scope", "must be 'webhook' (backs webhook auth) or 'run' (may be used by runs)")
+        )
+        return None
+    return str(scope)
 
 
 def _value(body: dict[str, Any], errors: list[dict[str, Any]]) -> str | None:
@@ -74,7 +93,7 @@ def _value(body: dict[str, Any], errors: list[dict[str, Any]]) -> str | None:
 
 
 async def list_secrets(request: web.Request) -> web.Response:
-    """``GET /secrets`` (member): names, versions, timestamps and users; never values."""
+    """``GET /secrets`` (member): names, versions, scopes, timestamps and users; never values."""
     who = await require(request, "member")
     async with sessions(request)() as session:
         infos = await secret_store.list_secrets(session, who.team_id)
@@ -83,16 +102,17 @@ async def list_secrets(request: web.Request) -> web.Response:
 
 
 async def create_secret(request: web.Request) -> web.Response:
-    """``POST /secrets`` (admin) ``{name, value?}`` -> 201; a generated value is returned once."""
+    """``POST /secrets`` (admin) ``{name, value?, scope?}`` -> 201; a generated value is returned once."""
     who = await require(request, "admin")
     body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES)
-    errors = unknown_fields(body, {"name", "value", "generate"})
+    errors = unknown_fields(body, {"name", "value", "generate", "scope"})
     name = body.get("name")
     if not isinstance(name, str) or not secret_store.NAME_RE.match(name):
         errors.append(
             field_error("name", "is required: letters, digits, '.', '_' or '-' (1-200, starting alnum)")
         )
     given = _value(body, errors)
+    scope = _scope(body, errors) or secret_store.DEFAULT_SCOPE
     fail_on(errors)
     assert isinstance(name, str)
     value = given or secret_store.generate_value()
@@ -100,7 +120,7 @@ async def create_secret(request: web.Request) -> web.Response:
         if await secret_store.get(session, who.team_id, name) is not None:
             raise Conflict(f"secret {name!r} already exists; PUT /secrets/{name} gives it a new value")
         info = await secret_store.create(
-            session, request.app[BOX], request.app[CLOCK], who.team_id, name, value
+            session, request.app[BOX], request.app[CLOCK], who.team_id, name, value, scope=scope
         )
         used = await users(session, who.team_id, name)
     out = secret_json(info, used.get(name, []))
@@ -110,23 +130,28 @@ async def create_secret(request: web.Request) -> web.Response:
 
 
 async def set_secret(request: web.Request) -> web.Response:
-    """``PUT /secrets/{name}`` (admin) ``{value?}``: a new version; a generated value is returned once."""
+    """``PUT /secrets/{name}`` (admin) ``{value?, generate?, scope?}``: a new version (a generated value is
+    returned once) and/or a new scope; ``scope`` alone changes only the scope."""
     who = await require(request, "admin")
     name = request.match_info["name"]
     body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES, optional=True)
-    errors = unknown_fields(body, {"value", "generate"})
-    given = _value(body, errors)
+    errors = unknown_fields(body, {"value", "generate", "scope"})
+    scope = _scope(body, errors)
+    new_value = not (scope is not None and "value" not in body and "generate" not in body)
+    given = _value(body, errors) if new_value else None
     fail_on(errors)
-    value = given or secret_store.generate_value()
+    value = (given or secret_store.generate_value()) if new_value else None
+    clock = request.app[CLOCK]
     async with sessions(request)() as session, session.begin():
         if await secret_store.get(session, who.team_id, name) is None:
             raise ResourceNotFound(f"secret {name!r} does not exist; POST /secrets creates it")
-        info = await secret_store.set_value(
-            session, request.app[BOX], request.app[CLOCK], who.team_id, name, value
-        )
+        if scope is not None:
+            info = await secret_store.set_scope(session, clock, who.team_id, name, scope)
+        if value is not None:
+            info = await secret_store.set_value(session, request.app[BOX], clock, who.team_id, name, value)
         used = await users(session, who.team_id, name)
     out = secret_json(info, used.get(name, []))
-    if given is None:
+    if value is not None and given is None:
         out["value"] = value
     return web.json_response(out)
 

@@ -11,6 +11,9 @@ rotation is a version move. Who moves it:
   ``enabled`` off and on is such an apply. Creating, renaming and deleting are refused (409): the
   repository owns them.
 
+A webhook's secret is always ``webhook``-scoped (docs/management.md, "Team secrets"): the secrets this
+API generates are created so, and naming an existing ``run`` secret is refused, since runs could read it.
+
 Disabling or deleting takes effect on the very next delivery (ingress reads the row every time);
 deleting is a soft delete so the UID, and any automation selecting it, stay visible but never fire.
 """
@@ -52,6 +55,8 @@ from api.management.webhook_rules import (
 )
 from store import ids
 from store import secrets as secret_store
+from store.clock import Clock
+from store.crypto import SecretBox
 from store.models import Factory, Webhook
 
 DEFINITIONS = "definitions"
@@ -96,6 +101,21 @@ async def _flush(session: AsyncSession, what: str) -> None:
         raise Conflict(f"{what} was taken concurrently; retry") from None
 
 
+async def _store_webhook_secret(
+    session: AsyncSession, box: SecretBox, clock: Clock, team_id: str, name: str, value: str
+) -> secret_store.SecretInfo:
+    """Create the webhook's secret (``webhook`` scope) or add a version; 409 if it is a ``run`` secret."""
+    existing = await secret_store.get(session, team_id, name)
+    if existing is None:
+        return await secret_store.create(
+            session, box, clock, team_id, name, value, scope=secret_store.WEBHOOK
+        )
+    problem = secret_store.webhook_problem(name, existing.scope)
+    if problem:
+        raise Conflict(problem)
+    return await secret_store.set_value(session, box, clock, team_id, name, value)
+
+
 async def create_webhook(request: web.Request) -> web.Response:
     """``POST .../webhooks`` (admin): 201 with the webhook and, this once, its secret."""
     who = await require(request, "admin")
@@ -128,6 +148,9 @@ async def create_webhook(request: web.Request) -> web.Response:
             raise Conflict(f"factory {factory.name!r} already has {MAX_WEBHOOKS} webhooks, the maximum")
         existing = await secret_store.get(session, who.team_id, spec.secret_name)
         if existing is not None:
+            scope_problem = secret_store.webhook_problem(spec.secret_name, existing.scope)
+            if scope_problem:
+                raise ValidationFailed(scope_problem, errors=[field_error("secret_name", scope_problem)])
             if spec.secret is not None:
                 raise ValidationFailed(
                     f"secret_name {spec.secret_name!r} names an existing team secret, whose value is reused;"
@@ -146,7 +169,9 @@ async def create_webhook(request: web.Request) -> web.Response:
             shown = spec.secret or generated_secret(spec.auth_mode, spec.signature_scheme)
             captured = None
             if shown is not None:
-                info = await secret_store.create(session, box, clock, who.team_id, spec.secret_name, shown)
+                info = await secret_store.create(
+                    session, box, clock, who.team_id, spec.secret_name, shown, scope=secret_store.WEBHOOK
+                )
                 captured = info.version
         now = clock.now()
         row = Webhook(
@@ -260,10 +285,7 @@ async def rotate_secret(request: web.Request) -> web.Response:
         )
         value = new_secret_value(row.auth_mode, row.signature_scheme, given)
         name = row.secret_name or suggested_secret_name(row.name)
-        if await secret_store.get(session, who.team_id, name) is None:
-            info = await secret_store.create(session, box, clock, who.team_id, name, value)
-        else:
-            info = await secret_store.set_value(session, box, clock, who.team_id, name, value)
+        info = await _store_webhook_secret(session, box, clock, who.team_id, name, value)
         deferred = factory.managed_by == DEFINITIONS and row.secret_version is not None
         if not deferred:
             row.secret_name, row.secret_version, row.updated_at = name, info.version, clock.now()
@@ -293,10 +315,7 @@ async def supply_secret(request: web.Request) -> web.Response:
             raise Conflict("this webhook already has its signing secret; use rotate-secret to replace it")
         value = new_secret_value(row.auth_mode, row.signature_scheme, given)
         name = row.secret_name or suggested_secret_name(row.name)
-        if await secret_store.get(session, who.team_id, name) is None:
-            info = await secret_store.create(session, box, clock, who.team_id, name, value)
-        else:
-            info = await secret_store.set_value(session, box, clock, who.team_id, name, value)
+        info = await _store_webhook_secret(session, box, clock, who.team_id, name, value)
         row.secret_name, row.secret_version, row.updated_at = name, info.version, clock.now()
     return web.json_response(webhook_view(row, request.app[SETTINGS].base_url))
 

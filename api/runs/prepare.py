@@ -4,14 +4,16 @@
 skill is resolved (its body stored on the run under the private key :data:`SKILL_KEY`, its name
 filling ``config.name`` when none was given), the environment must exist in the team, and every
 ``secret:NAME`` reference (in MCP ``env``/``headers`` values and in the environment's ``secrets``)
-must name an existing team secret. Any failure is one :class:`api.ValidationFailed` (422) listing
-each field, so a bad value never becomes a failed run. Secret *values* are never read here.
+must name an existing, ``run``-scoped team secret (:func:`store.secrets.run_problem`: a webhook's secret
+never reaches a run, whoever creates it; docs/management.md, "Team secrets"). Any failure is one
+:class:`api.ValidationFailed` (422) listing each field, so a bad value never becomes a failed run.
+Secret *values* are never read here.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -22,10 +24,10 @@ from api import ValidationFailed
 from api.context import SETTINGS
 from api.http.bodies import field_error
 from api.runs.skills import ResolvedSkill, SkillResolver, SkillUnavailable, factory_repositories
-from store.models import Environment, Factory, Secret
+from store import secrets as secret_store
+from store.models import Environment, Factory
 
 SKILL_KEY = "_skill"  # private: stripped from every API answer, read by the claim payload
-SECRET_PREFIX = "secret:"  # noqa: S105 - a reference prefix, not a secret
 SKILLS = web.AppKey("skill_resolver", SkillResolver)
 
 
@@ -35,29 +37,6 @@ def install_resolver(app: web.Application) -> SkillResolver:
         settings = app[SETTINGS]
         app[SKILLS] = SkillResolver(settings.skills_source, settings.data_dir / "skills-cache")
     return app[SKILLS]
-
-
-def secret_ref(value: Any) -> str | None:
-    """The team secret name of a ``secret:NAME`` value, else None."""
-    if isinstance(value, str) and value.startswith(SECRET_PREFIX):
-        return value[len(SECRET_PREFIX) :].strip()
-    return None
-
-
-def mcp_secret_refs(servers: Any) -> Iterator[tuple[str, str]]:
-    """``(field, secret name)`` for every ``secret:NAME`` value in MCP ``env`` and ``headers``."""
-    if not isinstance(servers, Mapping):
-        return
-    for name, server in servers.items():
-        if not isinstance(server, Mapping):
-            continue
-        for key in ("env", "headers"):
-            values = server.get(key)
-            if isinstance(values, Mapping):
-                for var, value in values.items():
-                    ref = secret_ref(value)
-                    if ref is not None:
-                        yield f"mcp_servers.{name}.{key}.{var}", ref
 
 
 async def find_environment(session: AsyncSession, team_id: str, environment_id: str) -> Environment | None:
@@ -119,7 +98,7 @@ async def finalize_config(
         else:
             out.update(with_skill(out, skill))
     needed: list[tuple[str, str]] = [
-        (f"{field}.{where}", name) for where, name in mcp_secret_refs(out.get("mcp_servers"))
+        (f"{field}.{where}", name) for where, name in secret_store.mcp_secret_refs(out.get("mcp_servers"))
     ]
     env_id = out.get("environment_id")
     if isinstance(env_id, str) and env_id:
@@ -130,12 +109,11 @@ async def finalize_config(
             names = (environment.spec or {}).get("secrets") or []
             needed += [(f"{field}.environment_id", str(n)) for n in names if isinstance(n, str)]
     if needed:
-        wanted = sorted({name for _, name in needed})
-        stmt = select(Secret.name).where(Secret.team_id == team_id, Secret.name.in_(wanted))
-        existing = set((await session.execute(stmt)).scalars())
+        found = await secret_store.scopes(session, team_id, (name for _, name in needed))
         for where, name in needed:
-            if name not in existing:
-                errors.append(field_error(where, f"team secret {name!r} does not exist"))
+            problem = secret_store.run_problem(name, found.get(name))
+            if problem is not None:
+                errors.append(field_error(where, problem))
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""

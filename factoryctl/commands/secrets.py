@@ -2,7 +2,12 @@
 
 A value comes from ``--from-stdin`` (one trailing newline stripped), ``--generate`` (printed once,
 alone on the last line of stdout), or, on a terminal with neither flag, a hidden prompt. A value
-the caller supplied is never printed. ``list`` shows names, versions and timestamps only.
+the caller supplied is never printed. ``list`` shows names, scopes, versions and timestamps only.
+
+``--scope`` says what may use the secret (docs/management.md, "Team secrets"): ``webhook`` (the
+default: webhook auth only, never readable by a run) or ``run`` (environments and MCP servers).
+``set NAME --scope S`` without ``--generate``/``--from-stdin`` changes only the scope; the store
+refuses to make a secret a live webhook names ``run``.
 
 ``set`` adds a version: webhooks keep verifying with the version they captured until their
 definition next applies (docs/reconcile.md, "Secret rotation"), so ``set`` names the webhooks that will
@@ -21,11 +26,10 @@ from typing import TYPE_CHECKING, Any
 from factoryctl.context import CliContext
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is imported when a verb runs, not for --help
-    from sqlalchemy.ext.asyncio import AsyncSession
-
     from store import secrets as secret_store
 
 DEFAULT_TEAM = "default"  # store.teams.DEFAULT_TEAM (tests/unit/cli keeps them equal)
+SCOPES = ("webhook", "run")  # store.secrets.SCOPES; the first is the default (store.secrets.DEFAULT_SCOPE)
 
 
 class _NoValue(Exception):
@@ -35,15 +39,26 @@ class _NoValue(Exception):
 def register(sub: Any) -> None:
     parser = sub.add_parser("secrets", help="create, update, list and delete team secrets")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for verb, text, handler in (
-        ("create", "create a secret (version 1)", _create),
-        ("set", "give an existing secret a new value (a new version)", _set),
+    for verb, text, handler, scope_help in (
+        (
+            "create",
+            "create a secret (version 1)",
+            _create,
+            "what may use it: webhook (default; webhook auth, never runs) or run (environments, MCP)",
+        ),
+        (
+            "set",
+            "give an existing secret a new value (a new version) and/or a new scope",
+            _set,
+            "change what may use it; alone (no --generate/--from-stdin), only the scope changes",
+        ),
     ):
         p = verbs.add_parser(verb, help=text)
         p.add_argument("name", metavar="NAME")
         source = p.add_mutually_exclusive_group()
         source.add_argument("--generate", action="store_true", help="generate a value and print it once")
         source.add_argument("--from-stdin", action="store_true", help="read the value from stdin")
+        p.add_argument("--scope", choices=SCOPES, default=None, help=scope_help)
         p.add_argument("--team", default=DEFAULT_TEAM)
         p.set_defaults(handler=handler)
     lst = verbs.add_parser("list", help="list secrets: names, versions, timestamps (never values)")
@@ -75,21 +90,6 @@ def _read_value(args: argparse.Namespace) -> str:
     return value
 
 
-async def _referencing(session: AsyncSession, team_id: str, name: str) -> list[str]:
-    """``factory/webhook`` names of live webhooks that use secret ``name``."""
-    from sqlalchemy import select
-
-    from store.models import Factory, Webhook
-
-    stmt = (
-        select(Factory.name, Webhook.name)
-        .join(Factory, Factory.uid == Webhook.factory_uid)
-        .where(Webhook.team_id == team_id, Webhook.secret_name == name, Webhook.deleted_at.is_(None))
-        .order_by(Factory.name, Webhook.name)
-    )
-    return [f"{factory}/{hook}" for factory, hook in await session.execute(stmt)]
-
-
 def _write(ctx: CliContext, args: argparse.Namespace, *, create: bool) -> int:
     from store import StoreError
     from store import secrets as secret_store
@@ -97,18 +97,31 @@ def _write(ctx: CliContext, args: argparse.Namespace, *, create: bool) -> int:
     from store.db import session_factory
     from store.teams import ensure_team
 
-    try:
-        value = _read_value(args)
-    except _NoValue as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    scope_only = not create and args.scope is not None and not (args.generate or args.from_stdin)
+    value: str | None = None
+    if not scope_only:
+        try:
+            value = _read_value(args)
+        except _NoValue as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
 
     async def go() -> tuple[secret_store.SecretInfo, list[str]]:
+        clock = SystemClock()
         async with ctx.engine() as engine, session_factory(engine)() as s, s.begin():
             team = await ensure_team(s, args.team)
-            write = secret_store.create if create else secret_store.set_value
-            info = await write(s, ctx.secret_box(), SystemClock(), team.id, args.name, value)
-            return info, await _referencing(s, team.id, args.name)
+            if create:
+                assert value is not None
+                scope = args.scope or secret_store.DEFAULT_SCOPE
+                info = await secret_store.create(
+                    s, ctx.secret_box(), clock, team.id, args.name, value, scope=scope
+                )
+            else:
+                if args.scope is not None:
+                    info = await secret_store.set_scope(s, clock, team.id, args.name, args.scope)
+                if value is not None:
+                    info = await secret_store.set_value(s, ctx.secret_box(), clock, team.id, args.name, value)
+            return info, await secret_store.webhook_users(s, team.id, args.name)
 
     try:
         info, users = asyncio.run(go())
@@ -116,8 +129,8 @@ def _write(ctx: CliContext, args: argparse.Namespace, *, create: bool) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     verb = "created" if create else "updated"
-    print(f"{verb} secret {info.name} (version {info.version}) in team {args.team}")
-    if users and not create:
+    print(f"{verb} secret {info.name} (version {info.version}, scope {info.scope}) in team {args.team}")
+    if users and value is not None and not create:
         print(
             f"webhooks keep verifying with their captured version until their definition next applies: "
             f"{', '.join(users)}"
@@ -151,6 +164,7 @@ def _list(ctx: CliContext, args: argparse.Namespace) -> int:
     items = [
         {
             "name": r.name,
+            "scope": r.scope,
             "version": r.version,
             "created_at": rfc3339(r.created_at),
             "updated_at": rfc3339(r.updated_at),
@@ -164,7 +178,8 @@ def _list(ctx: CliContext, args: argparse.Namespace) -> int:
         print(f"no secrets in team {args.team}")
     for item in items:
         print(
-            f"{item['name']}  v{item['version']}  created {item['created_at']}  updated {item['updated_at']}"
+            f"{item['name']}  {item['scope']}  v{item['version']}  created {item['created_at']}"
+            f"  updated {item['updated_at']}"
         )
     return 0
 
@@ -178,7 +193,7 @@ def _delete(ctx: CliContext, args: argparse.Namespace) -> int:
     async def go() -> list[str]:
         async with ctx.engine() as engine, session_factory(engine)() as s, s.begin():
             team = await ensure_team(s, args.team)
-            users = await _referencing(s, team.id, args.name)
+            users = await secret_store.webhook_users(s, team.id, args.name)
             if users and not args.force:
                 return users
             await secret_store.delete_secret(s, team.id, args.name)

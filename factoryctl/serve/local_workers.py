@@ -48,23 +48,24 @@ STOP_TIMEOUT_SECONDS = 20.0
 
 
 class StoreSecrets:
-    """:class:`factoryctl.worker.resolve.SecretSource` read and decrypted straight from the store."""
+    """:class:`factoryctl.worker.resolve.SecretSource` read and decrypted straight from the store.
+
+    Only ``run``-scoped secrets (:func:`store.secrets.reveal_for_run`, the rule the secrets endpoint
+    keeps too): a missing or webhook secret fails the run's setup, naming the secret, never its value.
+    """
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], box: SecretBox) -> None:
         self.sessions, self.box = sessions, box
 
     async def fetch(self, run_id: str, names: list[str]) -> dict[str, str]:
-        out: dict[str, str] = {}
         async with self.sessions() as session:
             team_id = await session.scalar(select(Run.team_id).where(Run.run_id == run_id))
             if team_id is None:
                 raise EnvironmentSetupFailed(f"run {run_id} no longer exists")
-            for name in names:
-                try:
-                    out[name], _version = await secret_store.reveal(session, self.box, team_id, name)
-                except NotFound:
-                    raise EnvironmentSetupFailed(f"team secret {name!r} does not exist") from None
-        return out
+            readable = await secret_store.reveal_for_run(session, self.box, team_id, names)
+        if readable.refused:
+            raise EnvironmentSetupFailed("; ".join(readable.refused.values()))
+        return readable.values
 
 
 class StoreChannel:

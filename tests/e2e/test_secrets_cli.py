@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from serve_support import run_cli
 
 from store import secrets as secret_store
 from store.crypto import SecretBox
@@ -22,17 +21,8 @@ KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
 
 
 def cli(data_dir: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
-    env |= {"FACTORY_SECRET_KEY": KEY, "NO_COLOR": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "factoryctl.cli", "--data-dir", str(data_dir), *args],
-        input=stdin,
-        stdin=subprocess.DEVNULL if stdin is None else None,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    env = {"FACTORY_SECRET_KEY": KEY, "NO_COLOR": "1"}
+    return run_cli("--data-dir", data_dir, *args, env=env, stdin=stdin)
 
 
 def reveal(data_dir: Path, name: str) -> tuple[str, int]:
@@ -57,7 +47,7 @@ def test_generated_value_is_printed_once_and_never_listed(tmp_path: Path) -> Non
     assert listed.returncode == 0 and "gh-secret" in listed.stdout and "v1" in listed.stdout
     assert value not in listed.stdout
     doc = json.loads(cli(tmp_path, "secrets", "list", "--format", "json").stdout)
-    assert [sorted(s) for s in doc["secrets"]] == [["created_at", "name", "updated_at", "version"]]
+    assert [sorted(s) for s in doc["secrets"]] == [["created_at", "name", "scope", "updated_at", "version"]]
     assert value not in json.dumps(doc)
 
 
@@ -101,3 +91,40 @@ def test_delete_refuses_while_a_live_webhook_uses_the_secret(tmp_path: Path) -> 
     assert "used" in cli(data, "secrets", "list").stdout
     forced = cli(data, "secrets", "delete", "used", "--force")
     assert forced.returncode == 0 and "used" not in cli(data, "secrets", "list").stdout
+
+
+def test_scope_round_trip(tmp_path: Path) -> None:
+    """``--scope`` on create and set (docs/management.md, "Team secrets"): ``webhook`` unless ``run`` is
+    asked for; ``set --scope`` alone changes only the scope; a live webhook's secret stays ``webhook``."""
+    from factoryctl.commands import secrets as secrets_command
+
+    assert secrets_command.SCOPES == (secret_store.DEFAULT_SCOPE, secret_store.RUN)  # the CLI's default too
+    data, root = tmp_path / "data", tmp_path / "factory"
+    (root / "webhooks").mkdir(parents=True)
+    (root / "factory.yaml").write_text("name: acme\n")
+    (root / "webhooks" / "alerts.yaml").write_text(yaml.safe_dump({"secretName": "hook"}))
+    created = cli(data, "secrets", "create", "hook", "--generate")
+    assert created.returncode == 0 and "scope webhook" in created.stdout
+    created = cli(data, "secrets", "create", "GH_TOKEN", "--scope", "run", "--from-stdin", stdin="ghp-1234\n")
+    assert created.returncode == 0 and "scope run" in created.stdout and "ghp-1234" not in created.stdout
+
+    def listed() -> dict[str, tuple[str, int]]:
+        doc = json.loads(cli(data, "secrets", "list", "--format", "json").stdout)
+        return {s["name"]: (s["scope"], s["version"]) for s in doc["secrets"]}
+
+    assert listed() == {"GH_TOKEN": ("run", 1), "hook": ("webhook", 1)}
+    text = cli(data, "secrets", "list").stdout
+    assert "GH_TOKEN  run  v1" in text and "hook  webhook  v1" in text
+
+    rescoped = cli(data, "secrets", "set", "GH_TOKEN", "--scope", "webhook")  # no value read, no prompt
+    assert rescoped.returncode == 0 and "version 1, scope webhook" in rescoped.stdout
+    both = cli(data, "secrets", "set", "GH_TOKEN", "--scope", "run", "--from-stdin", stdin="ghp-5678")
+    assert both.returncode == 0 and listed()["GH_TOKEN"] == ("run", 2)
+    assert reveal(data, "GH_TOKEN") == ("ghp-5678", 2)
+    bad = cli(data, "secrets", "create", "x", "--scope", "everything", "--generate")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+    assert cli(data, "apply", str(root), "--auto-approve").returncode == 0
+    refused = cli(data, "secrets", "set", "hook", "--scope", "run")
+    assert refused.returncode == 1 and "acme/alerts" in refused.stderr
+    assert listed()["hook"] == ("webhook", 1)
