@@ -21,6 +21,7 @@ RULES: dict[str, str] = {
     "FC041": "url_token secret is not URL-safe",
     "FC042": "Standard Webhooks secret does not decode",
     "FC043": "Webhook UID does not exist in this factory",
+    "FC044": "Secret scope does not fit its use",
     "FC050": "Empty definitions tree",
     "FC060": "Unknown environment",
     "FC061": "Unknown agent",
