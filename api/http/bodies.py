@@ -1,20 +1,21 @@
 """JSON request bodies and the field errors of a 422: one reader and one error shape for every endpoint.
 
 :func:`read_json_object` is the only place a request body becomes JSON, so a client gets the same 400
-for the same mistake everywhere (empty, invalid JSON, not an object) and the same 413 over an
-endpoint's size limit, which each caller states explicitly. Field errors are ``{field, message}``
+for the same mistake everywhere (empty, invalid JSON, not an object, over the depth and number limits of
+:mod:`api.http.jsonlimits`) and the same 413 over an endpoint's size limit, which each caller states
+explicitly. Field errors are ``{field, message}``
 objects; handlers collect them all and raise one 422 (:func:`fail_on`), so a client sees every
 problem at once instead of fixing them one request at a time.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
 from api.errors import BadRequest, PayloadTooLarge, ValidationFailed
+from api.http.jsonlimits import InvalidJson, loads_limited
 
 SMALL_BODY_BYTES = 65_536  # names, flags and secrets: management writes and worker-protocol calls
 
@@ -34,8 +35,8 @@ async def read_json_object(request: web.Request, *, max_bytes: int, optional: bo
             return {}
         raise BadRequest("request body is empty; a JSON object is required")
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = loads_limited(raw)
+    except InvalidJson as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")

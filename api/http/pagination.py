@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from api.errors import BadRequest
 from api.http.bodies import field_error
+from api.http.jsonlimits import loads_limited
 
 MAX_CURSOR_LENGTH = 2048
 DEFAULT_LIMIT, MAX_LIMIT = 20, 500
@@ -60,18 +61,23 @@ def encode_cursor(cursor: Cursor, fp: str) -> str:
 
 
 def decode_cursor(raw: str, fp: str) -> Cursor:
-    """Parse a cursor made by :func:`encode_cursor` for the same fingerprint, or raise InvalidCursor."""
+    """Parse a cursor made by :func:`encode_cursor` for the same fingerprint, or raise InvalidCursor.
+
+    Cursors come from clients, so anything a forged one can hold is refused here rather than reaching a
+    query: undecodable base64 or JSON (through the request-body parser's limits), other shapes, and
+    strings a database cannot take (NUL, unpaired surrogates).
+    """
     if not raw or len(raw) > MAX_CURSOR_LENGTH:
         raise InvalidCursor("cursor is empty or too long")
     try:
-        data = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+        data = loads_limited(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+    except (binascii.Error, ValueError, TypeError):  # InvalidJson is a ValueError
         raise InvalidCursor() from None
     if (
         not isinstance(data, dict)
-        or not isinstance(data.get("id"), str)
+        or not _storable(data.get("id"))
         or not isinstance(data.get("f"), str)
-        or not (data.get("v") is None or isinstance(data.get("v"), str))
+        or not (data.get("v") is None or _storable(data.get("v")))
     ):
         raise InvalidCursor()
     if data["f"] != fp:
@@ -84,16 +90,24 @@ def timestamp_key(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).isoformat(timespec="microseconds")
 
 
+def _storable(value: object) -> bool:
+    """A string a store can compare against: PostgreSQL refuses NUL (:func:`loads_limited` already
+    refused unpaired surrogates, which UTF-8 cannot encode)."""
+    return isinstance(value, str) and "\x00" not in value
+
+
 def parse_timestamp_key(value: str | None) -> dt.datetime:
+    """The UTC timestamp of a timestamp sort key; InvalidCursor for anything else, including a date that
+    leaves the representable range once moved to UTC (``0001-01-01T00:00:00+01:00``)."""
     if value is None:
         raise InvalidCursor("cursor is not valid for a timestamp sort")
     try:
         parsed = dt.datetime.fromisoformat(value)
-    except ValueError:
+        if parsed.tzinfo is None:
+            raise ValueError("naive timestamp")
+        return parsed.astimezone(dt.UTC)
+    except (ValueError, OverflowError, TypeError):
         raise InvalidCursor("cursor is not valid for a timestamp sort") from None
-    if parsed.tzinfo is None:
-        raise InvalidCursor("cursor is not valid for a timestamp sort")
-    return parsed.astimezone(dt.UTC)
 
 
 def parse_limit(raw: str | None, *, default: int = DEFAULT_LIMIT, maximum: int = MAX_LIMIT) -> int:

@@ -55,7 +55,7 @@ _PEEK = text(
 
 
 class PeekCounter(ratelimit.Counter, Protocol):
-    """A counter that can also read (current, previous) without counting (for the failed-auth budget)."""
+    """A counter that can also read (current, previous) without counting (for the failed-request budget)."""
 
     async def peek(self, key: str, now_epoch: float) -> tuple[int, int]: ...
 
@@ -101,7 +101,7 @@ def counter_for(engine: AsyncEngine, window_seconds: int = DEFAULT_WINDOW_SECOND
 async def over_budget(counter: PeekCounter, key: str, limit: int, now_epoch: float) -> Decision:
     """Whether one more event for ``key`` would exceed ``limit``, without counting it.
 
-    Used for the failed-auth budget: every request is checked, only failures are counted (``hit``).
+    Used for the failed-request budget: every request is checked, only failures are counted (``consume``).
     """
     current, previous = await counter.peek(key, now_epoch)
     _, elapsed = window_position(now_epoch, counter.window_seconds)

@@ -1,9 +1,16 @@
 """Delivery identity (docs/ingress.md, "Delivery identity and duplicates"): the key that makes a sender's
 retries duplicates.
 
-The first present source wins: the webhook's ``deliveryIdHeader``; the signature scheme's provider
-delivery id (passed by the caller only for a verified signed delivery); ``X-Factory-Delivery-Id``;
-else a hash of the body, so identical bodies without a sender id are duplicates.
+The identity must come from material the webhook authenticates, or a captured request could be replayed
+as a "new" delivery just by changing an unauthenticated header:
+
+- ``signature`` webhooks (:func:`signed_delivery_identity`): the delivery id the signature covers
+  (Standard Webhooks' ``webhook-id``/``svix-id``), else a hash of the signed body. No header outside
+  the signed content counts - not ``X-Factory-Delivery-Id``, not a provider's unsigned id header
+  (``X-GitHub-Delivery``...), not a ``deliveryIdHeader`` (which can only ever repeat the signed id).
+- ``token`` and ``url_token`` webhooks (:func:`delivery_identity`): the credential authenticates the
+  sender, not the request, so a sender-chosen header is as trustworthy as anything else it sends:
+  the webhook's ``deliveryIdHeader``, then ``X-Factory-Delivery-Id``, else a hash of the body.
 """
 
 from __future__ import annotations
@@ -39,24 +46,19 @@ def normalize_id(value: str | None) -> str | None:
     return body_identity(value.encode("utf-8", "surrogateescape"))
 
 
-def delivery_identity(
-    headers: Mapping[str, str],
-    body: bytes,
-    *,
-    delivery_id_header: str | None,
-    provider_delivery_id: str | None,
-) -> str:
-    """The identity of one delivery; header names match case-insensitively.
+def delivery_identity(headers: Mapping[str, str], body: bytes, *, delivery_id_header: str | None) -> str:
+    """The identity of a ``token``/``url_token`` delivery: the first of the webhook's
+    ``deliveryIdHeader``, ``X-Factory-Delivery-Id`` and the body hash. Header names match
+    case-insensitively; the first of repeated headers wins.
 
-    ``provider_delivery_id`` must be None unless the delivery's signature verified (see
-    :attr:`api.ingress.signatures.Verification.provider_delivery_id`).
+    Also the label of a rejected delivery of any mode (it identifies nothing there: only Accepted
+    entries are deduplicated).
     """
     lower: dict[str, str] = {}
     for key, value in headers.items():
-        lower.setdefault(str(key).lower(), value)  # first of repeated headers wins
+        lower.setdefault(str(key).lower(), value)
     candidates = (
         lower.get(delivery_id_header.lower()) if delivery_id_header else None,
-        provider_delivery_id,
         lower.get(FACTORY_DELIVERY_ID_HEADER.lower()),
     )
     for candidate in candidates:
@@ -64,3 +66,13 @@ def delivery_identity(
         if found is not None:
             return found
     return body_identity(body)
+
+
+def signed_delivery_identity(body: bytes, *, signed_id: str | None) -> str:
+    """The identity of a verified ``signature`` delivery: the id its signature covers
+    (:attr:`api.ingress.signatures.Verification.signed_delivery_id`), else the hash of its body.
+
+    A provider that signs only the body resends that same body on a retry, so the hash still makes
+    retries duplicates, while a replayed request cannot become a new delivery.
+    """
+    return normalize_id(signed_id) or body_identity(body)

@@ -4,16 +4,21 @@ Checks run cheapest-first, and nothing unauthenticated is read into memory:
 
 1. the webhook must be live (one indexed SELECT per request) - else the same 404 for unknown, disabled
    and deleted; a token segment on a webhook that is not ``url_token`` is also that 404;
-2. the failed-auth budget must not be spent - else 429 (not logged);
-3. ``Content-Length`` over the limit - 413, logged, without reading the body;
-4. ``token``/``url_token`` credentials, in constant time, before the body is read - 401, logged,
-   counted against the failed-auth budget;
-5. the body is read in chunks and abandoned at limit + 1 bytes - 413, logged;
-6. provider signatures over the raw bytes with the injected clock - 401, logged, counted;
+2. the failed-request budget (``--auth-failure-limit``) must not be spent - else 429 (not logged);
+3. ``Content-Length`` over the limit - 413, without reading the body;
+4. ``token``/``url_token`` credentials, in constant time, before the body is read - 401;
+5. the body is read in chunks and abandoned at limit + 1 bytes - 413;
+6. provider signatures over the raw bytes with the injected clock - 401 (400 for a Linear body that
+   verifies but is not JSON);
 7. the delivery rate limit (authenticated deliveries per webhook per minute) - 429 (not logged);
-8. the body must be JSON (object, array or scalar; strict UTF-8) - 400, logged;
-9. the delivery identity (:mod:`api.ingress.identity`);
+8. the body must be JSON (object, array or scalar; strict UTF-8) within the limits of
+   :mod:`api.http.jsonlimits` - 400;
+9. the delivery identity (:mod:`api.ingress.identity`: signed material only for ``signature`` webhooks);
 10. the accept transaction (:mod:`api.ingress.pipeline`) - then, and only then, 202.
+
+Every 413, 401 and 400 is one failure against the webhook's failed-request budget and is logged while
+the budget lasts; once it is spent they become 429s that are not logged, so no sender - authenticated
+or not - can grow the delivery log faster than the budget.
 
 Application logs never carry payloads, credentials or secret values; the delivery log keeps payloads of
 Accepted entries only.
@@ -21,7 +26,7 @@ Accepted entries only.
 
 from __future__ import annotations
 
-import json
+import datetime as dt
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
@@ -31,13 +36,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import AuthenticationRequired, BadRequest, PayloadTooLarge, RateLimited, ResourceNotFound
 from api.context import BOX, CLOCK, ENGINE, REGISTRY, SESSIONS, SETTINGS, ServerSettings
+from api.http.jsonlimits import InvalidJson, loads_limited
 from api.ingress import pipeline
 from api.ingress.counters import PeekCounter, counter_for, over_budget
 from api.ingress.direct import DirectSqlite
-from api.ingress.identity import FACTORY_DELIVERY_ID_HEADER, delivery_identity, normalize_id
+from api.ingress.identity import (
+    FACTORY_DELIVERY_ID_HEADER,
+    delivery_identity,
+    normalize_id,
+    signed_delivery_identity,
+)
 from api.ingress.lookup import FilterCache, SecretCache, WebhookRow, find_webhook
 from api.ingress.ratelimit import Decision, consume
-from api.ingress.signatures import bearer_token, token_matches, verify
+from api.ingress.signatures import Verification, bearer_token, token_matches, verify
 from api.runs.claim_signal import wake_claimers
 from store.clock import Clock
 from store.db import session_factory
@@ -82,7 +93,7 @@ async def receive(request: web.Request) -> web.Response:
 
 async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession) -> web.Response:
     uid, token = request.match_info["uid"], request.match_info.get("token")
-    settings, counter = ingress.settings, ingress.counter
+    settings = ingress.settings
     # (1) The live webhook (read on every request) and its captured secret (cached by immutable version).
     webhook = await _find_webhook(ingress, uid)
     secret = await _secret(ingress, webhook)
@@ -90,23 +101,16 @@ async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession
         ingress.count("not_found")
         raise ResourceNotFound(_NOT_FOUND)
     now = ingress.clock.now()
-    epoch = now.timestamp()
-    auth_key = f"wh-auth:{webhook.uid}"
-    # (2) Failed-auth budget.
-    budget = await over_budget(counter, auth_key, settings.auth_failure_limit, epoch)
+    failed = _Failures(ingress, session, webhook, now.timestamp())
+    # (2) Failed-request budget.
+    budget = await over_budget(ingress.counter, failed.key, settings.auth_failure_limit, failed.epoch)
     if not budget.allowed:
-        ingress.count("auth_budget_exhausted")
-        raise _rate_limited("too many failed authentication attempts for this webhook", budget)
+        raise failed.budget_spent(budget)
     token_failure = _token_failure(webhook, secret, request, token)
-    # (3) Declared size.
+    # (3) Declared size (counted once, whether or not the credential was also wrong).
     declared = request.content_length
     if declared is not None and declared > settings.max_body_bytes:
-        if token_failure is not None:  # keeps unauthenticated senders inside the failed-auth budget
-            await counter.hit(auth_key, epoch)
-        await _log(
-            ingress,
-            session,
-            webhook,
+        await failed.record(
             _header_identity(request, webhook),
             pipeline.REJECTED_TOO_LARGE,
             declared,
@@ -115,25 +119,15 @@ async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession
         raise PayloadTooLarge(f"body exceeds the limit of {settings.max_body_bytes} bytes")
     # (4) Token credentials, before reading the body.
     if token_failure is not None:
-        await counter.hit(auth_key, epoch)
-        await _log(
-            ingress,
-            session,
-            webhook,
-            _header_identity(request, webhook),
-            pipeline.REJECTED_AUTH,
-            declared or 0,
-            token_failure,
+        await failed.record(
+            _header_identity(request, webhook), pipeline.REJECTED_AUTH, declared or 0, token_failure
         )
         raise _unauthenticated(webhook)
     # (5) The body, capped while streaming.
     try:
         raw = await _read_capped(request.content, settings.max_body_bytes)
     except _TooLarge as exc:
-        await _log(
-            ingress,
-            session,
-            webhook,
+        await failed.record(
             _header_identity(request, webhook),
             pipeline.REJECTED_TOO_LARGE,
             exc.received,
@@ -141,34 +135,36 @@ async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession
         )
         raise PayloadTooLarge(f"body exceeds the limit of {settings.max_body_bytes} bytes") from None
     # (6) Provider signature over the raw bytes.
-    provider_id: str | None = None
+    signed_id: str | None = None
     if webhook.auth_mode == SIGNATURE:
-        if secret is None or not webhook.signature_scheme:
-            reason: str | None = "signing secret not supplied yet"
-        else:
-            verification = verify(webhook.signature_scheme, secret, request.headers, raw, now)
-            reason, provider_id = verification.reason, verification.provider_delivery_id
-            reason = None if verification.ok else (reason or "signature rejected")
-        if reason is not None:
-            await counter.hit(auth_key, epoch)
+        verification = _verify(webhook, secret, request, raw, now)
+        if not verification.ok:
             unverified = delivery_identity(
-                request.headers, raw, delivery_id_header=webhook.delivery_id_header, provider_delivery_id=None
+                request.headers, raw, delivery_id_header=webhook.delivery_id_header
             )
-            await _log(ingress, session, webhook, unverified, pipeline.REJECTED_AUTH, len(raw), reason)
+            reason = verification.reason or "signature rejected"
+            if verification.invalid_body:  # a good MAC over a body the scheme cannot read (Linear)
+                await failed.record(unverified, pipeline.REJECTED_JSON, len(raw), reason)
+                raise BadRequest(f"body is not valid JSON: {reason}")
+            await failed.record(unverified, pipeline.REJECTED_AUTH, len(raw), reason)
             raise _unauthenticated(webhook)
+        signed_id = verification.signed_delivery_id
     # (7) Delivery rate limit.
-    rate = await consume(counter, f"wh-rate:{webhook.uid}", settings.delivery_rate_limit, epoch)
+    rate = await consume(
+        ingress.counter, f"wh-rate:{webhook.uid}", settings.delivery_rate_limit, failed.epoch
+    )
     if not rate.allowed:
         ingress.count("rate_limited")
         raise _rate_limited(f"more than {settings.delivery_rate_limit} deliveries per minute", rate)
-    # (8) JSON, (9) identity.
-    delivery_id = delivery_identity(
-        request.headers, raw, delivery_id_header=webhook.delivery_id_header, provider_delivery_id=provider_id
-    )
+    # (8) JSON, within the depth and number limits of every request body; (9) identity.
+    if webhook.auth_mode == SIGNATURE:  # from signed material only: a replay cannot pick a new identity
+        delivery_id = signed_delivery_identity(raw, signed_id=signed_id)
+    else:
+        delivery_id = delivery_identity(request.headers, raw, delivery_id_header=webhook.delivery_id_header)
     try:
-        payload = parse_json(raw)
-    except ValueError as exc:
-        await _log(ingress, session, webhook, delivery_id, pipeline.REJECTED_JSON, len(raw), str(exc))
+        payload = loads_limited(raw, lone_surrogates=True)
+    except InvalidJson as exc:
+        await failed.record(delivery_id, pipeline.REJECTED_JSON, len(raw), str(exc))
         raise BadRequest(f"body is not valid JSON: {exc}") from None
     # (10) Accept: log entry and runs in one transaction; 202 only after it committed.
     committed = await ingress.writer.accept(session, pipeline.Pending(webhook, delivery_id, raw, payload))
@@ -176,6 +172,45 @@ async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession
     if committed.run_ids:
         wake_claimers(request.app)  # queued runs reach waiting workers now, not at their next poll
     return web.json_response({"delivery_id": committed.delivery_id}, status=202)
+
+
+@dataclass
+class _Failures:
+    """A rejected request of one webhook: counted against its failed-request budget, then logged.
+
+    The budget is taken with :func:`~api.ingress.ratelimit.consume` (count, then decide), so however
+    many rejected requests race, at most ``--auth-failure-limit`` per window reach the delivery log; a
+    request over the budget is answered 429 and not logged (docs/ingress.md, "Limits").
+    """
+
+    ingress: Ingress
+    session: AsyncSession
+    webhook: WebhookRow
+    epoch: float
+
+    @property
+    def key(self) -> str:
+        return f"wh-auth:{self.webhook.uid}"
+
+    def budget_spent(self, decision: Decision) -> RateLimited:
+        self.ingress.count("auth_budget_exhausted")
+        return _rate_limited("too many failed requests for this webhook", decision)
+
+    async def record(self, delivery_id: str, status: str, size: int, detail: str) -> None:
+        """Count the failure; log it if the budget allowed it, else raise the 429 instead."""
+        limit = self.ingress.settings.auth_failure_limit
+        decision = await consume(self.ingress.counter, self.key, limit, self.epoch)
+        if not decision.allowed:
+            raise self.budget_spent(decision)
+        await _log(self.ingress, self.session, self.webhook, delivery_id, status, size, detail)
+
+
+def _verify(
+    webhook: WebhookRow, secret: str | None, request: web.Request, raw: bytes, now: dt.datetime
+) -> Verification:
+    if secret is None or not webhook.signature_scheme:
+        return Verification(False, "signing secret not supplied yet")
+    return verify(webhook.signature_scheme, secret, request.headers, raw, now)
 
 
 async def _find_webhook(ingress: Ingress, uid: str) -> WebhookRow | None:
@@ -232,26 +267,6 @@ async def _read_capped(content: StreamReader, limit: int) -> bytes:
         if received > limit:
             raise _TooLarge(received)
         chunks.append(chunk)
-
-
-def parse_json(raw: bytes) -> object:
-    """Strict JSON: UTF-8 only (a leading BOM is ignored), no NaN/Infinity; any JSON value is valid."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError("body is not valid UTF-8") from None
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-
-
-def _no_constant(name: str) -> object:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 def _header_identity(request: web.Request, webhook: WebhookRow) -> str:

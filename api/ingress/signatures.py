@@ -7,6 +7,12 @@ never raises on anything a sender controls: malformed headers, bad base64 or a n
 ``ok=False`` with a short fixed reason that contains neither the secret nor header values (reasons
 end up in the delivery log). ``sign`` produces the headers a real sender would send; tests,
 benchmarks and the docs use it.
+
+Only Standard Webhooks signs a delivery id (``webhook-id``/``svix-id`` is part of the signed content);
+the other providers sign the body alone, so their delivery-id headers (``X-GitHub-Delivery``,
+``Request-ID``, ``Linear-Delivery``, ``X-Shopify-Webhook-Id``) can be changed by anyone replaying a
+captured request and never decide a delivery's identity (docs/ingress.md, "Delivery identity and
+duplicates"). :attr:`Verification.signed_delivery_id` carries the signed id, and nothing else.
 """
 
 from __future__ import annotations
@@ -16,13 +22,13 @@ import binascii
 import datetime as dt
 import hashlib
 import hmac
-import json
 import math
 import re
 import secrets as _random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from api.http.jsonlimits import InvalidJson, loads_limited
 from store.schemes import ALIASES, SCHEMES
 
 TOLERANCE_SECONDS = 300  # Standard Webhooks (both ways), Stripe and Slack
@@ -30,19 +36,33 @@ LINEAR_TOLERANCE_MS = 60_000
 _WHSEC = "whsec_"
 _TIMESTAMP = re.compile(r"[0-9]{1,15}")
 _Lower = dict[str, str]
+# (secret, lower-cased headers, body, now) -> the signed delivery id, if the scheme signs one; raises _Reject.
+_Verifier = Callable[[str, _Lower, bytes, float], "str | None"]
 
 
 @dataclass(frozen=True)
 class Verification:
-    """Outcome of :func:`verify`; ``provider_delivery_id`` is set only when ``ok``."""
+    """Outcome of :func:`verify`.
+
+    ``signed_delivery_id``: the delivery id the signature covers (Standard Webhooks' ``webhook-id`` or
+    ``svix-id``, whichever family was verified), set only when ``ok``; None for schemes that sign the
+    body alone. ``invalid_body``: the MAC matched but the scheme must read the body (Linear's
+    ``webhookTimestamp``) and it is not acceptable JSON - not an authentication failure, the ingress
+    answers it as the invalid body it is (400).
+    """
 
     ok: bool
     reason: str | None = None
-    provider_delivery_id: str | None = None
+    signed_delivery_id: str | None = None
+    invalid_body: bool = False
 
 
 class _Reject(Exception):
     """Internal: carries a fixed, secret-free reason out of a verifier."""
+
+
+class _InvalidBody(_Reject):
+    """Internal: the signature is good, but the body the scheme must read is not acceptable JSON."""
 
 
 def canonical_scheme(name: str) -> str | None:
@@ -52,7 +72,8 @@ def canonical_scheme(name: str) -> str | None:
 
 
 def delivery_id_header(scheme: str) -> str | None:
-    """The header carrying the provider's delivery id for ``scheme``, or None if it has none."""
+    """The header a ``scheme`` sender puts its delivery id in (signed or not: see :func:`signs_delivery_id`),
+    or None if it sends none."""
     canonical = canonical_scheme(scheme)
     names = _SCHEMES[canonical].delivery_headers if canonical else ()
     return names[0] if names else None
@@ -69,15 +90,20 @@ def verify(
     if not secret:
         return Verification(False, "no secret configured")
     impl = _SCHEMES[canonical]
-    lower = _lowered(headers)
     try:
-        impl.verify(secret, lower, body, _epoch(now))
+        signed_id = impl.verify(secret, _lowered(headers), body, _epoch(now))
+    except _InvalidBody as exc:
+        return Verification(False, str(exc), invalid_body=True)
     except _Reject as exc:
         return Verification(False, str(exc))
     except (ValueError, TypeError, UnicodeError):
         return Verification(False, "malformed signature")
-    present = (lower.get(name.lower(), "").strip() for name in impl.delivery_headers)
-    return Verification(True, None, next((value for value in present if value), None))
+    return Verification(True, None, signed_id or None)
+
+
+def signs_delivery_id(scheme: str) -> bool:
+    """Whether ``scheme``'s signature covers its delivery id (only Standard Webhooks)."""
+    return canonical_scheme(scheme) == "standard_webhooks"
 
 
 def sign(
@@ -189,10 +215,8 @@ def _any_match(expected: str, presented: list[str]) -> None:
         raise _Reject("signature mismatch")
 
 
-def _hex_of_body(
-    header: str, algo: str = "sha256", prefix: str = ""
-) -> Callable[[str, _Lower, bytes, float], None]:
-    """Verifier for schemes whose header is ``<prefix><hex MAC of the body>``."""
+def _hex_of_body(header: str, algo: str = "sha256", prefix: str = "") -> _Verifier:
+    """Verifier for schemes whose header is ``<prefix><hex MAC of the body>`` (no signed delivery id)."""
 
     def check(secret: str, h: _Lower, body: bytes, now: float) -> None:
         value = _required(h, header)
@@ -228,7 +252,8 @@ def _sw_signature(key: bytes, msg_id: str, ts: int, body: bytes) -> str:
     return base64.b64encode(_mac(key, signed)).decode("ascii")
 
 
-def _verify_standard_webhooks(secret: str, h: _Lower, body: bytes, now: float) -> None:
+def _verify_standard_webhooks(secret: str, h: _Lower, body: bytes, now: float) -> str:
+    """Returns the signed message id: of the header family that was verified, never the other one."""
     family = "webhook" if "webhook-signature" in h or "webhook-id" in h else "svix"
     msg_id = _required(h, f"{family}-id", "message id")
     ts = _timestamp(_required(h, f"{family}-timestamp", "timestamp"))
@@ -239,6 +264,7 @@ def _verify_standard_webhooks(secret: str, h: _Lower, body: bytes, now: float) -
     if not candidates:
         raise _Reject("malformed signature header")
     _any_match(expected, candidates)
+    return msg_id
 
 
 def _sign_standard_webhooks(secret: str, body: bytes, ts: int, msg_id: str) -> dict[str, str]:
@@ -300,7 +326,10 @@ def _sign_slack(secret: str, body: bytes, ts: int, delivery_id: str) -> dict[str
 
 def _verify_linear(secret: str, h: _Lower, body: bytes, now: float) -> None:
     _hex_of_body("linear-signature")(secret, h, body, now)
-    payload = json.loads(body)  # parsed only once the signature is known good
+    try:  # parsed only once the signature is known good, with the limits of every other body
+        payload = loads_limited(body, lone_surrogates=True)
+    except InvalidJson:
+        raise _InvalidBody("body is not valid JSON") from None
     stamp = payload.get("webhookTimestamp") if isinstance(payload, dict) else None
     if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
         raise _Reject("body has no webhookTimestamp")
@@ -318,7 +347,7 @@ def _sign_shopify(secret: str, body: bytes, ts: int, delivery_id: str) -> dict[s
 
 @dataclass(frozen=True)
 class _Scheme:
-    verify: Callable[[str, _Lower, bytes, float], None]
+    verify: _Verifier
     sign: Callable[[str, bytes, int, str], dict[str, str]]
     delivery_headers: tuple[str, ...] = ()
 

@@ -30,18 +30,26 @@ VALIDATOR: web.AppKey[Validator] = web.AppKey("factory_files_validator")
 
 MAX_FILES = 1000
 MAX_TOTAL_BYTES = 8 * 1024 * 1024
-MAX_PATH = 1000
+MAX_PATH = 1000  # UTF-8 bytes: with the temporary root it stays far below PATH_MAX (4096)
+MAX_SEGMENT = 255  # UTF-8 bytes: NAME_MAX of common file systems
 
 
 def path_problem(path: str) -> str | None:
-    """Why ``path`` is not an acceptable relative file path, or None."""
+    """Why ``path`` is not an acceptable relative file path, or None.
+
+    Every limit the file system would enforce when the validator writes the file is checked here, so a
+    name it cannot create is a 422 naming the file instead of an ``OSError`` (docs/api.md, "Other
+    endpoints").
+    """
     parts = path.split("/")
-    if not path or len(path) > MAX_PATH:
-        return f"a path must have 1-{MAX_PATH} characters"
+    if not path or len(path.encode("utf-8", "surrogatepass")) > MAX_PATH:
+        return f"a path must have 1-{MAX_PATH} bytes"
     if path.startswith("/") or "\\" in path or "\x00" in path or not path.isprintable():
         return "must be a relative POSIX path without backslashes or control characters"
     if any(p in ("", ".", "..") for p in parts):
         return "must not contain empty, '.' or '..' segments"
+    if any(len(p.encode("utf-8")) > MAX_SEGMENT for p in parts):
+        return f"a file or directory name must be at most {MAX_SEGMENT} bytes"
     return None
 
 
@@ -51,8 +59,29 @@ def _clean(path: str) -> str:
     return path
 
 
+def _clashes(paths: list[str]) -> dict[str, str]:
+    """Files that are also a directory of another file (``a`` and ``a/b.yaml``): file -> one such path.
+
+    No tree can hold both, so they are refused before anything is written."""
+    files = set(paths)
+    found: dict[str, str] = {}
+    for path in sorted(paths):
+        parts = path.split("/")
+        for end in range(1, len(parts)):
+            directory = "/".join(parts[:end])
+            if directory in files:
+                found.setdefault(directory, path)
+    return found
+
+
 def check_files(files: dict[str, bytes]) -> None:
+    """A 422 listing every unusable path (shape, length, a file/directory clash), or no file at all."""
     errors = [field_error(f"files.{p}", why) for p in files if (why := path_problem(p))]
+    if not errors:
+        errors += [
+            field_error(f"files.{file}", f"is a file, but {inside!r} needs it to be a directory")
+            for file, inside in _clashes(list(files)).items()
+        ]
     if not files:
         errors.append(field_error("files", "no files given: send at least factory.yaml"))
     if len(files) > MAX_FILES:

@@ -21,6 +21,7 @@ from api.ingress.signatures import (
     delivery_id_header,
     generate_standard_webhooks_secret,
     sign,
+    signs_delivery_id,
     standard_webhooks_secret_ok,
     token_matches,
     verify,
@@ -63,7 +64,7 @@ def test_standard_webhooks_published_vectors_verify(case: dict[str, str], skew: 
     now = at(int(case["webhook-timestamp"]) + skew)
     result = verify("standard_webhooks", case["secret"], headers, case["body"].encode(), now)
     assert result.ok, result.reason
-    assert result.provider_delivery_id == case["webhook-id"]
+    assert result.signed_delivery_id == case["webhook-id"]
 
 
 @pytest.mark.parametrize("case", VECTORS["standard_webhooks"], ids=lambda c: c["webhook-id"])
@@ -89,14 +90,14 @@ def test_svix_header_names_of_published_vectors_verify(case: dict[str, str]) -> 
         "svix", case["secret"], headers, case["body"].encode(), at(int(case["webhook-timestamp"]))
     )
     assert result.ok, result.reason
-    assert result.provider_delivery_id == case["webhook-id"]
+    assert result.signed_delivery_id == case["webhook-id"]
 
 
 def test_github_published_vector() -> None:
     case = VECTORS["github"][0]
     headers = {"X-Hub-Signature-256": case["X-Hub-Signature-256"], "X-GitHub-Delivery": "d-1"}
     result = verify("github", case["secret"], headers, case["body"].encode(), NOW)
-    assert result.ok and result.provider_delivery_id == "d-1"
+    assert result.ok and result.signed_delivery_id is None  # X-GitHub-Delivery is not signed
     assert sign("github", case["secret"], case["body"].encode(), NOW) == {
         "X-Hub-Signature-256": case["X-Hub-Signature-256"]
     }
@@ -166,15 +167,37 @@ def test_sign_follows_the_documented_construction_for_every_scheme() -> None:
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_round_trip_and_provider_delivery_id(scheme: str) -> None:
+def test_round_trip_and_signed_delivery_id(scheme: str) -> None:
     body = body_at(NOW)
-    result = verify(
-        scheme, secret_for(scheme), sign(scheme, secret_for(scheme), body, NOW, "evt-42"), body, NOW
-    )
+    signed = sign(scheme, secret_for(scheme), body, NOW, "evt-42")
+    result = verify(scheme, secret_for(scheme), signed, body, NOW)
     assert result.ok, result.reason
     assert result.reason is None
-    expected_id = "evt-42" if delivery_id_header(scheme) else None
-    assert result.provider_delivery_id == expected_id
+    # Only Standard Webhooks signs its id; the others' id headers are sent but not covered.
+    assert signs_delivery_id(scheme) == (scheme == "standard_webhooks")
+    assert result.signed_delivery_id == ("evt-42" if signs_delivery_id(scheme) else None)
+    if delivery_id_header(scheme) and not signs_delivery_id(scheme):
+        assert signed[delivery_id_header(scheme) or ""] == "evt-42"
+        replayed = signed | {delivery_id_header(scheme) or "": "evt-43"}  # still verifies: not signed
+        assert verify(scheme, secret_for(scheme), replayed, body, NOW).ok
+
+
+def test_a_changed_standard_webhooks_id_breaks_the_signature() -> None:
+    body = body_at(NOW)
+    for family in ("webhook", "svix"):
+        signed = {
+            k.replace("webhook-", f"{family}-"): v
+            for k, v in sign("standard_webhooks", SW_SECRET, body, NOW, "evt-1").items()
+        }
+        replayed = signed | {f"{family}-id": "evt-2"}
+        assert not verify("standard_webhooks", SW_SECRET, replayed, body, NOW).ok
+
+
+def test_only_the_verified_family_id_is_the_signed_id() -> None:
+    # webhook-* headers verify; an unsigned svix-id beside them is not the delivery's id.
+    body = body_at(NOW)
+    headers = sign("standard_webhooks", SW_SECRET, body, NOW, "evt-1") | {"svix-id": "evt-forged"}
+    assert verify("standard_webhooks", SW_SECRET, headers, body, NOW).signed_delivery_id == "evt-1"
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -184,7 +207,7 @@ def test_tampered_body_is_rejected(scheme: str) -> None:
     tampered = body.replace(b"create", b"delete")
     result = verify(scheme, secret_for(scheme), headers, tampered, NOW)
     assert not result.ok and result.reason == "signature mismatch"
-    assert result.provider_delivery_id is None
+    assert result.signed_delivery_id is None
     # Re-serialised JSON with the same meaning is a different byte string: also rejected.
     reserialised = json.dumps(json.loads(body), indent=1).encode()
     assert not verify(scheme, secret_for(scheme), headers, reserialised, NOW).ok
@@ -301,6 +324,26 @@ def test_linear_body_without_a_usable_timestamp_is_rejected(body: bytes) -> None
     assert not result.ok and result.reason
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"\xff\xfe",
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"webhookTimestamp": 1, "n": ' + b"9" * 5000 + b"}",
+        b'{"webhookTimestamp": 1e400}',
+    ],
+    ids=["syntax", "not-utf8", "deep", "long-number", "overflow"],
+)
+def test_linear_signed_body_that_is_not_acceptable_json_is_an_invalid_body(body: bytes) -> None:
+    # The MAC is good, so this is not an authentication failure: the ingress answers 400, never 500.
+    headers = sign("linear", PLAIN_SECRET, body, NOW)
+    result = verify("linear", PLAIN_SECRET, headers, body, NOW)
+    assert (result.ok, result.invalid_body, result.reason) == (False, True, "body is not valid JSON")
+    forged = verify("linear", PLAIN_SECRET, {"Linear-Signature": "0" * 64}, body, NOW)
+    assert (forged.ok, forged.invalid_body) == (False, False)  # a bad MAC stays an auth failure
+
+
 @pytest.mark.parametrize("scheme", ["github", "sentry", "pagerduty", "vercel", "shopify"])
 def test_schemes_without_a_window_accept_old_signatures(scheme: str) -> None:
     body = body_at(NOW)
@@ -354,7 +397,7 @@ def test_svix_headers_round_trip_with_svix_id_as_provider_id() -> None:
     signed = sign("svix", SW_SECRET, body, NOW, "msg_svix")
     headers = {k.replace("webhook-", "svix-"): v for k, v in signed.items()}
     result = verify("standard_webhooks", SW_SECRET, headers, body, NOW)
-    assert result.ok and result.provider_delivery_id == "msg_svix"
+    assert result.ok and result.signed_delivery_id == "msg_svix"
 
 
 def test_aliases_and_unknown_schemes() -> None:
@@ -381,7 +424,7 @@ def test_header_names_are_case_insensitive_in_dicts_and_multidicts() -> None:
         for variant in (upper, proxy):
             result = verify(scheme, secret_for(scheme), variant, body, NOW)
             assert result.ok, (scheme, result.reason)
-            assert result.provider_delivery_id == ("id-1" if delivery_id_header(scheme) else None)
+            assert result.signed_delivery_id == ("id-1" if signs_delivery_id(scheme) else None)
 
 
 # --- secrets ------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 
+import pytest
 from sqlalchemy import delete
 
 from api.ingress.lookup import FilterCache, find_webhook
@@ -14,22 +15,73 @@ from api.ingress.signatures import sign
 from store.models import Delivery
 
 
-async def test_identity_precedence(ingress) -> None:
-    hook = await ingress.webhook(auth_mode="signature", scheme="github", delivery_id_header="X-Event-Id")
-    now = ingress.clock.now()
+async def test_identity_precedence_on_token_webhooks(ingress) -> None:
+    hook = await ingress.webhook(delivery_id_header="X-Event-Id")
 
-    async def post(raw: bytes, extra: dict[str, str], provider_id: str | None) -> str:
-        headers = sign("github", hook.secret, raw, now, provider_id) | extra
-        resp = await ingress.post(hook, raw=raw, auth=False, headers=headers)
+    async def post(raw: bytes, extra: dict[str, str]) -> str:
+        resp = await ingress.post(hook, raw=raw, headers=extra)
         assert resp.status == 202
         return str((await resp.json())["delivery_id"])
 
     both = {"X-Event-Id": "custom-1", "X-Factory-Delivery-Id": "factory-1"}
-    assert await post(b'{"n": 1}', both, "gh-1") == "custom-1"  # the webhook's own header first
-    assert await post(b'{"n": 2}', {"X-Factory-Delivery-Id": "factory-2"}, "gh-2") == "gh-2"  # provider id
-    assert await post(b'{"n": 3}', {"X-Factory-Delivery-Id": "factory-3"}, None) == "factory-3"
-    raw = b'{"n": 4}'
-    assert await post(raw, {}, None) == "sha256_" + hashlib.sha256(raw).hexdigest()[:40]
+    assert await post(b'{"n": 1}', both) == "custom-1"  # the webhook's own header first
+    assert await post(b'{"n": 2}', {"X-Factory-Delivery-Id": "factory-2"}) == "factory-2"
+    raw = b'{"n": 3}'
+    assert await post(raw, {}) == "sha256_" + hashlib.sha256(raw).hexdigest()[:40]
+
+
+@pytest.mark.parametrize("scheme", ["github", "sentry", "linear", "shopify", "stripe", "slack"])
+async def test_signature_webhooks_take_identity_from_the_signed_body_only(ingress, scheme: str) -> None:
+    """A captured signed request replayed with new unsigned ids (the provider's own id header,
+    ``X-Factory-Delivery-Id``, a configured ``deliveryIdHeader``) is a Duplicate that starts nothing."""
+    hook = await ingress.webhook(auth_mode="signature", scheme=scheme, delivery_id_header="X-Event-Id")
+    await ingress.automation("triage", [hook])
+    raw = json.dumps({"action": "create", "webhookTimestamp": int(ingress.clock.now().timestamp() * 1000)})
+    captured = sign(scheme, hook.secret, raw.encode(), ingress.clock.now(), "evt-1")
+    body_id = "sha256_" + hashlib.sha256(raw.encode()).hexdigest()[:40]
+    answers = []
+    for n in range(3):
+        forged = {
+            "X-Factory-Delivery-Id": f"replay-{n}",
+            "X-Event-Id": f"replay-{n}",
+            "X-GitHub-Delivery": f"replay-{n}",
+            "Request-ID": f"replay-{n}",
+            "Linear-Delivery": f"replay-{n}",
+            "X-Shopify-Webhook-Id": f"replay-{n}",
+        }
+        resp = await ingress.post(
+            hook, raw=raw.encode(), auth=False, headers=captured | (forged if n else {})
+        )
+        assert resp.status == 202
+        answers.append(await resp.json())
+    assert answers == [{"delivery_id": body_id}] * 3
+    assert await ingress.statuses(hook) == ["Accepted", "Duplicate", "Duplicate"]
+    assert len(await ingress.runs(hook)) == 1
+
+
+async def test_standard_webhooks_identity_is_the_signed_message_id(ingress) -> None:
+    hook = await ingress.webhook(
+        auth_mode="signature", scheme="standard_webhooks", delivery_id_header="X-Event-Id"
+    )
+    now = ingress.clock.now()
+
+    async def post(raw: bytes, msg_id: str, extra: dict[str, str] | None = None) -> str:
+        headers = sign("standard_webhooks", hook.secret, raw, now, msg_id) | (extra or {})
+        resp = await ingress.post(hook, raw=raw, auth=False, headers=headers)
+        assert resp.status == 202
+        return str((await resp.json())["delivery_id"])
+
+    unsigned = {"X-Event-Id": "custom", "X-Factory-Delivery-Id": "factory", "svix-id": "other"}
+    assert await post(b'{"n": 1}', "msg_1", unsigned) == "msg_1"
+    assert await post(b'{"n": 2}', "msg_1") == "msg_1"  # a retry may re-serialise: same signed id
+    assert await ingress.statuses(hook) == ["Accepted", "Duplicate"]
+    # The signed id is the identity even when deliveryIdHeader names it.
+    named = await ingress.webhook(
+        auth_mode="signature", scheme="standard_webhooks", delivery_id_header="webhook-id"
+    )
+    headers = sign("standard_webhooks", named.secret, b"{}", now, "msg_9")
+    resp = await ingress.post(named, raw=b"{}", auth=False, headers=headers)
+    assert await resp.json() == {"delivery_id": "msg_9"}
 
 
 async def test_provider_header_is_ignored_on_unsigned_webhooks(ingress) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -41,10 +42,36 @@ async def test_content_type_is_not_enforced(ingress) -> None:
     assert resp.status == 202
 
 
+DEEP = b"[" * 100_000 + b"]" * 100_000
+LONG_NUMBER = b'{"n": ' + b"9" * 5000 + b"}"
+
+
 @pytest.mark.parametrize(
     "raw",
-    [b"{not json", b"", b'{"a": NaN}', b"\xff\xfe{}", b'{"text": "caf\xe9"}', '{"a": 1}'.encode("utf-16")],
-    ids=["syntax", "empty", "nan", "bad-utf8", "latin1", "utf16"],
+    [
+        b"{not json",
+        b"",
+        b'{"a": NaN}',
+        b"\xff\xfe{}",
+        b'{"text": "caf\xe9"}',
+        '{"a": 1}'.encode("utf-16"),
+        DEEP,
+        b"[" * 65 + b"]" * 65,
+        LONG_NUMBER,
+        b'{"n": 1e400}',
+    ],
+    ids=[
+        "syntax",
+        "empty",
+        "nan",
+        "bad-utf8",
+        "latin1",
+        "utf16",
+        "deep",
+        "depth-65",
+        "long-number",
+        "overflow",
+    ],
 )
 async def test_invalid_json_or_utf8_is_400_logged_without_payload(ingress, raw: bytes) -> None:
     hook = await ingress.webhook()
@@ -61,6 +88,24 @@ async def test_invalid_json_or_utf8_is_400_logged_without_payload(ingress, raw: 
         None,
     )
     assert await ingress.runs() == []
+
+
+async def test_json_limits_leave_room_for_real_payloads(ingress) -> None:
+    hook = await ingress.webhook()
+    raw = b"[" * 63 + b'{"id": 12345678901234567890, "text": "[[[[ not nesting", "x": -1.5e300}' + b"]" * 63
+    assert (await ingress.post(hook, raw=raw)).status == 202
+    assert (await ingress.post(hook, raw=b'{"emoji": "\\ud83d"}')).status == 202  # truncated by a sender
+
+
+@pytest.mark.parametrize("raw", [DEEP, LONG_NUMBER], ids=["deep", "long-number"])
+async def test_validly_signed_linear_body_over_the_json_limits_is_400_not_500(ingress, raw: bytes) -> None:
+    """The finding: Linear's scheme parses the body for ``webhookTimestamp``; a signed 100k-deep body
+    was a RecursionError (500). It is an invalid body: 400, logged, counted against the budget."""
+    hook = await ingress.webhook(auth_mode="signature", scheme="linear")
+    resp = await ingress.post(hook, raw=raw)
+    assert (resp.status, resp.content_type) == (400, PROBLEM)
+    [entry] = await ingress.deliveries(hook)
+    assert (entry.status, entry.size, entry.payload) == ("Rejected (invalid JSON)", len(raw), None)
 
 
 async def test_404_is_one_response_for_unknown_disabled_and_deleted(ingress) -> None:
@@ -182,3 +227,56 @@ async def test_429_from_the_failed_auth_budget_on_its_own(make_ingress) -> None:
     assert await ingress.statuses(hook) == ["Rejected (auth)"] * 3
     ingress.clock.advance(retry_after)
     assert (await ingress.post(hook, {"x": 3})).status == 202
+
+
+# --- the failed-request budget bounds the delivery log (docs/ingress.md, "Limits") ---------------------
+
+
+async def test_oversized_deliveries_spend_the_budget_then_429_unlogged(make_ingress) -> None:
+    """The finding: 300 signed-webhook requests with a huge body were all logged ``Rejected (too large)``
+    without a 429. Each one is a failure now; past the budget they are 429s and the log stops growing."""
+    ingress = await make_ingress(auth_failure_limit=5, delivery_rate_limit=100, max_body_bytes=1024)
+    hook = await ingress.webhook(auth_mode="signature", scheme="github")
+    big = b'{"blob": "' + b"x" * 4096 + b'"}'
+    statuses = [(await ingress.post(hook, raw=big)).status for _ in range(20)]
+    assert statuses == [413] * 5 + [429] * 15
+    assert await ingress.statuses(hook) == ["Rejected (too large)"] * 5
+    resp = await ingress.post(hook, {"ok": True})  # the budget is the webhook's, like failed auth
+    assert resp.status == 429 and int(resp.headers["Retry-After"]) >= 1
+    ingress.clock.advance(int(resp.headers["Retry-After"]))
+    assert (await ingress.post(hook, {"ok": True})).status == 202
+
+
+async def test_invalid_json_spends_the_budget_too(make_ingress) -> None:
+    ingress = await make_ingress(auth_failure_limit=3, delivery_rate_limit=100)
+    hook = await ingress.webhook()
+    statuses = [(await ingress.post(hook, raw=b"{not json")).status for _ in range(6)]
+    assert statuses == [400] * 3 + [429] * 3
+    assert await ingress.statuses(hook) == ["Rejected (invalid JSON)"] * 3
+
+
+async def test_concurrent_failures_never_log_more_than_the_budget(make_ingress) -> None:
+    # The budget is taken count-then-decide, so a burst cannot slip past a check made before counting.
+    ingress = await make_ingress(auth_failure_limit=5, delivery_rate_limit=100, max_body_bytes=64)
+    hook = await ingress.webhook()
+    big = b'{"blob": "' + b"x" * 200 + b'"}'
+    wrong = {"Authorization": "Bearer wrong"}
+
+    async def one(n: int) -> int:
+        if n % 2:
+            return (await ingress.post(hook, raw=big)).status
+        return (await ingress.post(hook, {"n": n}, auth=False, headers=wrong)).status
+
+    statuses = await asyncio.gather(*(one(n) for n in range(40)))
+    assert statuses.count(429) == 35 and set(statuses) <= {401, 413, 429}
+    assert len(await ingress.deliveries(hook)) == 5
+
+
+async def test_a_wrong_credential_on_an_oversized_request_is_one_failure(make_ingress) -> None:
+    ingress = await make_ingress(auth_failure_limit=2, delivery_rate_limit=100, max_body_bytes=64)
+    hook = await ingress.webhook()
+    big = b'{"blob": "' + b"x" * 200 + b'"}'
+    wrong = {"Authorization": "Bearer wrong"}
+    assert (await ingress.post(hook, raw=big, auth=False, headers=wrong)).status == 413
+    assert (await ingress.post(hook, {"n": 1}, auth=False, headers=wrong)).status == 401
+    assert (await ingress.post(hook, {"n": 2})).status == 429

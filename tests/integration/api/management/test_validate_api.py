@@ -118,6 +118,48 @@ async def test_bad_uploads_are_422(mgmt: Mgmt) -> None:
         assert status == 422 and problem["errors"][0]["field"].startswith("files"), files
 
 
+@pytest.mark.parametrize(
+    ("files", "field"),
+    [
+        ({"factory.yaml": "name: x\n", "a": "x", "a/b.yaml": "y"}, "files.a"),
+        ({"factory.yaml": "name: x\n", "a/b/c.yaml": "y", "a/b": "x"}, "files.a/b"),
+        ({"factory.yaml": "name: x\n", "factory.yaml/inner.yaml": "y"}, "files.factory.yaml"),
+        (
+            {"factory.yaml": "name: x\n", "skills/" + "s" * 300 + "/SKILL.md": "x"},
+            "files.skills/" + "s" * 300 + "/SKILL.md",
+        ),
+        ({"factory.yaml": "name: x\n", "é" * 200 + ".md": "x"}, "files." + "é" * 200 + ".md"),  # 400 bytes
+        ({"factory.yaml": "name: x\n", "/".join(["é" * 100] * 6): "x"}, "files." + "/".join(["é" * 100] * 6)),
+    ],
+    ids=[
+        "file-then-dir",
+        "dir-then-file",
+        "factory-yaml-as-dir",
+        "300-char-segment",
+        "multibyte-segment",
+        "path-bytes",
+    ],
+)
+async def test_paths_the_file_system_cannot_hold_are_422_naming_the_file(
+    mgmt: Mgmt, files: dict[str, str], field: str
+) -> None:
+    """The finding: a file/directory clash or an over-long name reached the temporary tree and was a 500."""
+    status, problem = await mgmt.call("POST", PATH, json={"files": files})
+    assert status == 422, problem
+    assert [e["field"] for e in problem["errors"]] == [field], problem
+    form = aiohttp.FormData()  # the multipart upload takes the same checks
+    for path, content in files.items():
+        form.add_field(path, content.encode(), filename="f")
+    resp = await mgmt.client.post(PATH, data=form, headers=mgmt.admin)
+    assert resp.status == 422 and (await resp.json(content_type=None))["errors"][0]["field"] == field
+
+
+async def test_longest_acceptable_names_validate(mgmt: Mgmt) -> None:
+    files = {"factory.yaml": "name: x\n", "notes/" + "n" * 255: "x", "/".join(["d" * 199] * 5): "x"}
+    status, report = await mgmt.call("POST", PATH, json={"files": files})
+    assert status == 200 and "factories" in report, report
+
+
 async def test_roles(mgmt: Mgmt) -> None:
     assert (await mgmt.call("POST", PATH, mgmt.worker, json=FILES))[0] == 403
     assert (await mgmt.client.post(PATH, json=FILES)).status == 401

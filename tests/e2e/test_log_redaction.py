@@ -1,0 +1,128 @@
+"""No credential reaches the log of a real ``factoryctl serve`` (docs/ingress.md, "Observability").
+
+Raw, malformed requests go over a socket, the way a broken or hostile client sends them: aiohttp's parser
+rejects them with a 400 and logs an error whose message quotes the bad bytes - a bearer token, a
+``url_token`` URL with a 9 KB query, a signature header. The server log must carry none of them, nor
+the token of a well-formed ``url_token`` request in the access log, while still saying what went wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import socket
+from pathlib import Path
+
+import builders
+import pytest
+from cryptography.fernet import Fernet
+from serve_support import serving, wait_for
+
+from store.clock import SystemClock
+from store.crypto import SecretBox
+from store.db import create_engine, migrate, session_factory
+
+pytestmark = pytest.mark.slow
+
+
+async def _seed(url: str, key: str, bearer: str, url_token: str) -> tuple[str, str, str]:
+    """A token webhook, a url_token webhook and a GitHub-signature webhook, with known secrets."""
+    engine = create_engine(url)
+    await migrate(engine)
+    clock, box = SystemClock(), SecretBox.from_setting(key)
+    uids = []
+    async with session_factory(engine)() as s, s.begin():
+        team = await builders.team(s)
+        factory = await builders.factory(s, clock, team.id, "redaction")
+        for name, mode, scheme, secret in (
+            ("bearer", "token", None, bearer),
+            ("cron", "url_token", None, url_token),
+            ("gh", "signature", "github", "github-signing-secret"),
+        ):
+            info = await builders.secret(s, box, clock, team.id, f"{name}-secret", secret)
+            hook = await builders.webhook(
+                s,
+                clock,
+                team.id,
+                factory.uid,
+                name,
+                auth_mode=mode,
+                signature_scheme=scheme,
+                secret_name=f"{name}-secret",
+                secret_version=info.version,
+            )
+            uids.append(hook.uid)
+    await engine.dispose()
+    return uids[0], uids[1], uids[2]
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    """Send ``data`` on a fresh connection; the status line of the answer (the server closes it)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(data)
+        answer = b""
+        while b"\r\n" not in answer and (chunk := conn.recv(4096)):
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0]
+
+
+def _access_lines(log: Path) -> list[str]:
+    lines = log.read_text(errors="replace").splitlines()
+    return [line for line in lines if '"msg": "request"' in line and '"/healthz"' not in line]
+
+
+def test_malformed_requests_leave_no_credential_in_the_server_log(tmp_path: Path) -> None:
+    key = Fernet.generate_key().decode()
+    bearer = "bearer-" + secrets.token_hex(16)
+    url_token = "urltok-" + secrets.token_hex(16)
+    signature = "sha256=" + secrets.token_hex(32)
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    db = f"sqlite+aiosqlite:///{data_dir / 'factory.db'}"
+    token_uid, url_uid, gh_uid = asyncio.run(_seed(db, key, bearer, url_token))
+    log = tmp_path / "serve.log"
+    host = b"Host: 127.0.0.1\r\n"
+
+    def post(path: str, *headers: bytes, body: bytes = b"{}") -> bytes:
+        head = b"POST " + path.encode() + b" HTTP/1.1\r\n" + host + b"".join(h + b"\r\n" for h in headers)
+        return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    malformed = [
+        # a control character in the header value: the C parser quotes the whole header line
+        post(f"/webhooks/w/{token_uid}", b"Authorization: Bearer " + bearer.encode() + b"\x7f"),
+        # a request line over 8 KB: the parser quotes its start, url_token segment included
+        post(f"/webhooks/w/{url_uid}/{url_token}?" + "q" * 9000),
+        # a header value over 8 KB: only the value is quoted, without its name
+        post(f"/webhooks/w/{token_uid}", b"Authorization: Bearer " + bearer.encode() + b"a" * 9000),
+        post(f"/webhooks/w/{gh_uid}", b"X-Hub-Signature-256: " + signature.encode() + b"\x01"),
+        post(f"/webhooks/w/{url_uid}/{url_token}\x01"),
+        post(f"/webhooks/w/{url_uid}/{url_token}", b"Content-Length: 5", b"Transfer-Encoding: chunked"),
+    ]
+    wellformed = [
+        post(f"/webhooks/w/{url_uid}/{url_token}", body=b'{"ok": true}'),  # 202
+        post(f"/webhooks/w/{url_uid}/{url_token}?token={url_token}", body=b'{"ok": 2}'),  # 202
+        post(f"/webhooks/w/{token_uid}", b"Authorization: Bearer " + bearer.encode(), body=b"{bad"),  # 400
+    ]
+
+    with serving(data_dir, env={"FACTORY_SECRET_KEY": key}, log=log) as served:
+        statuses = [_raw(served.port, request) for request in malformed + wellformed]
+        wait_for(
+            lambda: len(_access_lines(log)) >= len(statuses),
+            what="an access-log line for every request",
+            alive=[served.proc],
+            logs=[log],
+        )
+    assert statuses == [b"HTTP/1.0 400 Bad Request"] * len(malformed) + [
+        b"HTTP/1.1 202 Accepted",
+        b"HTTP/1.1 202 Accepted",
+        b"HTTP/1.1 400 Bad Request",
+    ]
+    text = log.read_text(errors="replace")
+    # The parser errors were logged (so the test exercised them), without the bytes they choke on.
+    assert text.count("Error handling request") >= len(malformed) - 1, text
+    assert (
+        "LineTooLong: 400, Got more than" in text and "BadHttpMessage: 400, Invalid header value char" in text
+    )
+    for secret in (bearer, url_token, signature[len("sha256=") :]):
+        assert secret[:12] not in text, f"{secret[:12]}... leaked into the server log:\n{text}"
+    assert f'"path": "/webhooks/w/{url_uid}/{{token}}"' in text  # the access log names the route
