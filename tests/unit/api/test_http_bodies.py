@@ -196,4 +196,4 @@ async def test_strict_bodies_list_every_field_problem_in_one_422(api: Api) -> No
     )
     assert (status, content_type) == (422, PROBLEM_JSON)
     assert [e["field"] for e in body["errors"]] == ["colour", "name", "value"]
-    assert body["detail"] == "colour: unknown field; allowed: generate, name, value"
+    assert body["detail"] == "colour: unknown field; allowed: generate, name, scope, value"
