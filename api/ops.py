@@ -13,18 +13,18 @@ from aiohttp.abc import AbstractAccessLogger
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from sqlalchemy import text
 
-from api.context import ENGINE, REGISTRY
+from api.context import ENGINE, RECONCILE, REGISTRY
+from api.redaction import redact_path
 
 LATENCY = web.AppKey("latency_histogram", Histogram)
 
 
 class JsonAccessLogger(AbstractAccessLogger):
-    """One JSON object per request; never logs headers or bodies (they may carry secrets)."""
+    """One JSON object per request; never logs headers, bodies or query strings (they may carry secrets),
+    and shows a ``url_token`` webhook's secret path segment as ``{token}`` (:func:`redact_path`)."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        path = request.path
-        if path.startswith("/webhooks/w/"):
-            path = "/webhooks/w/" + path.split("/")[3]  # drop url_token segments
+        path = redact_path(request.path)
         self.logger.info(
             json.dumps(
                 {
@@ -78,13 +78,24 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    """Ready when the database answers and, in a process that follows a definitions source, the
+    reconciler loop runs and is not failing over and over (``reconciler``; ``reason`` when it is)."""
+    body: dict[str, str] = {"status": "ready", "database": "up"}
     try:
         async with request.app[ENGINE].connect() as conn:
             await conn.execute(text("SELECT 1"))
     except Exception as exc:
         logging.getLogger("factoryctl.api").warning("readiness check failed: %s", type(exc).__name__)
-        return web.json_response({"status": "unavailable", "database": "down"}, status=503)
-    return web.json_response({"status": "ready", "database": "up"})
+        body = {"status": "unavailable", "database": "down"}
+    trigger = request.app.get(RECONCILE)
+    health = trigger.health if trigger is not None else None
+    if health is not None:
+        state = health()
+        body["reconciler"] = "ok" if state.healthy else "failing"
+        if not state.healthy:
+            body["status"] = "unavailable"
+            body["reason"] = state.reason
+    return web.json_response(body, status=200 if body["status"] == "ready" else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:

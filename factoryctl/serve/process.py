@@ -22,6 +22,7 @@ from api.context import ServerSettings
 from api.ingress.retention import retention_job
 from api.management.validate import VALIDATOR
 from api.ops import JsonAccessLogger
+from api.redaction import install_log_redaction
 from factoryctl.context import CliContext
 from factoryctl.serve.local_workers import service_workers
 from factoryctl.serve.reconcile import make_source, reconciler_lifecycle
@@ -35,6 +36,11 @@ from store.teams import ensure_team
 
 log = logging.getLogger("factoryctl.serve")
 ADMIN_KEY_FILE = "admin.key"
+# After SIGTERM/SIGINT the listening socket closes at once and requests already being handled get at most
+# this long to finish (docs/operations.md, "Faults and recovery"). Ordinary requests take milliseconds;
+# what would otherwise hold the exit is a worker's claim long poll (up to 30 s), which is cut and retried.
+# aiohttp waits its shutdown timeout twice (for the handler, then for it after cancelling its body).
+DRAIN_SECONDS = 10.0
 
 
 def parse_duration(value: str) -> float:
@@ -186,6 +192,7 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("watchfiles").setLevel(logging.WARNING)
+    install_log_redaction()  # no credential in any log line, aiohttp's parser errors included
     settings = options.settings
     try:
         box = ctx.secret_box()
@@ -200,7 +207,9 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
         settings, engine, box, lifecycles=lifecycles_for(options, engine, box), route_modules=ROUTE_MODULES
     )
     app[VALIDATOR] = make_validator(box)  # POST /factory-files/validate (api/ must not import the reconciler)
-    runner = web.AppRunner(app, access_log_class=JsonAccessLogger, handle_signals=False)
+    runner = web.AppRunner(
+        app, access_log_class=JsonAccessLogger, handle_signals=False, shutdown_timeout=DRAIN_SECONDS / 2
+    )
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
     try:
@@ -222,6 +231,9 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
         await stop.wait()
     finally:
         print("factoryctl shutting down", file=sys.stderr, flush=True)
+        # Graceful: stop listening, close idle keep-alive connections, wait for in-flight handlers (at
+        # most DRAIN_SECONDS), then stop background work (cleanup_ctx) - the ingress writer last commits
+        # what its requests queued - and only then close the database.
         await runner.cleanup()
         await engine.dispose()
     return 0
