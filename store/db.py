@@ -55,6 +55,9 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 10)
     kwargs.setdefault("pool_pre_ping", True)
+    # asyncpg waits 60 s for a connection by default: a database that drops packets would hold every
+    # request that long instead of answering 503 (docs/operations.md, "Faults and recovery").
+    kwargs.setdefault("connect_args", {"timeout": 10})
     return create_async_engine(url, **kwargs)
 
 
