@@ -28,14 +28,23 @@ test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check store reconciler api factoryctl schemas tests bench tools
-	$(BIN)/ruff format --check store reconciler api factoryctl schemas
+	$(BIN)/ruff check store reconciler api factoryctl schemas safegit tests bench tools
+	$(BIN)/ruff format --check store reconciler api factoryctl schemas safegit
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 check: lint typecheck test
+
+# The API fuzz test (tests/integration/api/test_fuzz_api.py) with many more cases than `make test` runs;
+# docs/api.md, "Fuzzing". FUZZ_SEED=N tries other cases.
+.PHONY: fuzz
+FUZZ_EXAMPLES ?= 1000
+FUZZ_SEED ?= 20260131
+fuzz: $(STAMP)
+	FACTORY_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FACTORY_FUZZ_SEED=$(FUZZ_SEED) \
+		$(BIN)/python -m pytest -q -p no:cacheprovider -rP tests/integration/api/test_fuzz_api.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -130,7 +130,9 @@ async def list_deliveries(request: web.Request) -> web.Response:
         stmt = stmt.where(Delivery.status.in_(statuses))
     after = page_after(request.query, fp)
     if after is not None:
-        if not after.row_id.isdigit():
+        # A sequence number: ASCII digits only (str.isdigit also admits '²', which int() refuses) and
+        # within a 64-bit column, so a forged cursor is a 400 and never reaches the database as an overflow.
+        if not (after.row_id.isascii() and after.row_id.isdigit() and len(after.row_id) <= 18):
             raise InvalidCursor()
         stmt = stmt.where(Delivery.seq < int(after.row_id))
     async with sessions(request)() as session:

@@ -209,7 +209,7 @@ def parse_rfc3339(value: str, *, field: str) -> dt.datetime:
     offset = "+00:00" if offset in ("Z", "z") else offset
     try:
         return dt.datetime.fromisoformat(f"{date}T{time}{fraction}{offset}").astimezone(dt.UTC)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: in UTC the instant falls before year 1 or after 9999
         raise BadRequest(f"{field} is not a valid date and time") from None
 
 
