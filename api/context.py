@@ -55,12 +55,23 @@ BOX = web.AppKey("box", SecretBox)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 
 
+@dataclass(frozen=True)
+class ReconcilerHealth:
+    """The reconciler loop's health as ``/readyz`` reports it (docs/operations.md, "Readiness")."""
+
+    healthy: bool
+    reason: str = ""
+    running: bool = True  # False: the loop stopped or died; only then is the replica not ready
+
+
 @dataclass
 class ReconcileTrigger:
-    """Lets ``POST /factory/{uid}/reconcile`` wake the reconciler loop of this process (if any)."""
+    """Lets ``POST /factory/{uid}/reconcile`` wake the reconciler loop of this process (if any), and
+    ``/readyz`` ask whether that loop runs and makes progress (``health``: None when there is no loop)."""
 
     source: str | None = None  # what the loop follows: a directory or "git URL@branch"
     force: Callable[[], None] | None = None
+    health: Callable[[], ReconcilerHealth] | None = None
 
 
 RECONCILE = web.AppKey("reconcile_trigger", ReconcileTrigger)

@@ -79,7 +79,11 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     """Ready when the database answers and, in a process that follows a definitions source, the
-    reconciler loop runs and is not failing over and over (``reconciler``; ``reason`` when it is)."""
+    reconciler loop runs (docs/operations.md, "Readiness").
+
+    A loop that runs but keeps failing to read its source is reported (``reconciler: failing`` and a
+    ``reason``) without taking the replica out: ingress and the run API do not need the git host, and
+    every replica would fail together. Only a loop that stopped makes the replica unready."""
     body: dict[str, str] = {"status": "ready", "database": "up"}
     try:
         async with request.app[ENGINE].connect() as conn:
@@ -91,10 +95,11 @@ async def readyz(request: web.Request) -> web.Response:
     health = trigger.health if trigger is not None else None
     if health is not None:
         state = health()
-        body["reconciler"] = "ok" if state.healthy else "failing"
+        body["reconciler"] = "ok" if state.healthy else "failing" if state.running else "stopped"
         if not state.healthy:
-            body["status"] = "unavailable"
             body["reason"] = state.reason
+        if not state.running:
+            body["status"] = "unavailable"
     return web.json_response(body, status=200 if body["status"] == "ready" else 503)
 
 

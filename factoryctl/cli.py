@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NamedTuple, NoReturn
@@ -107,6 +108,10 @@ def _register(module_name: str, sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Everything this process creates — the SQLite database and its WAL, key files, git mirrors and
+    # snapshots, workspaces — is private to its user: files 0600, directories 0700 (docs/operations.md,
+    # "File modes"). Set before anything is created; the processes it starts inherit it.
+    os.umask(0o077)
     args_in = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(args_in)
     args = parser.parse_args(args_in)

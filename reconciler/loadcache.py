@@ -4,8 +4,9 @@ Loading parses and schema-checks every file, so a no-op plan of a large reposito
 all its time re-reading files that did not change. A :class:`LoadCache` keeps the last
 :class:`reconciler.loader.LoadResult` per directory together with a fingerprint: every path the
 loader looks at (``factory.yaml``, ``webhooks/*``, ``automations/*/*``, ``environments/*``) with its
-size, mtime, ctime and inode. An edited, added, removed or renamed file changes the fingerprint and the
-directory is loaded again: the work is proportional to the factory that changed, not to the repository.
+size, mtime, ctime and inode (of a symlink, and of its target when the loader would follow it). An
+edited, added, removed or renamed file changes the fingerprint and the directory is loaded again: the
+work is proportional to the factory that changed, not to the repository.
 
 Racy timestamps: file systems stamp times with a coarse clock (a scheduler tick; up to 2 s on some),
 so a file rewritten with the same size within one tick of being read would look unchanged. As git does
@@ -17,6 +18,7 @@ against the file system's clock, hence ``time.time_ns`` rather than the injected
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 from collections import OrderedDict
@@ -33,34 +35,49 @@ _DIRS = ("webhooks", "automations", "environments")
 Stamp = tuple[str, int, int, int, int]  # path, size, mtime_ns, ctime_ns, inode
 
 
-def fingerprint(root: Path) -> tuple[Stamp, ...] | None:
-    """What the loader would see, cheaply (stat calls only); None if the tree cannot be listed."""
+def fingerprint(root: Path, *, follow_symlinks: bool = True) -> tuple[Stamp, ...] | None:
+    """What the loader would see, cheaply (stat calls only); None if the tree cannot be listed.
+
+    Paths are confined as the loader confines them (:class:`reconciler.loader.Confined`): a directory is
+    listed, and a symlink's target stamped, only when its real path is inside the root and may be
+    followed; anything else is stamped by its own ``lstat`` (the loader reports it, whatever it points at).
+    """
+    confined = loader.Confined(root, follow_symlinks)
     stamps: list[Stamp] = []
-
-    def add(path: str) -> None:
-        info = os.stat(path)  # follows symlinks, as the loader's reads do
-        stamps.append((path, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
-
-    def listing(path: str) -> list[str]:
-        with os.scandir(path) as entries:
-            return sorted(e.path for e in entries)
-
     base = str(root)
+
+    def add(rel: str) -> str | None:
+        """Stamp ``rel`` (and a followed symlink's target); its real path when it may be looked into."""
+        path = os.path.join(base, rel)
+        info = os.lstat(path)
+        stamps.append((path, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+        if not stat.S_ISLNK(info.st_mode):
+            return path
+        try:
+            real = confined.locate(rel)
+        except (loader.Refused, FileNotFoundError):
+            return None
+        info = os.stat(real)
+        stamps.append((real, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+        return real
+
+    def listing(real: str | None) -> list[str]:
+        if real is None or not os.path.isdir(real):
+            return []
+        return sorted(os.listdir(real))
+
     try:
         for name in _TOP:
-            path = os.path.join(base, name)
-            if os.path.lexists(path):
-                add(path)
+            if os.path.lexists(os.path.join(base, name)):
+                add(name)
         for folder in _DIRS:
-            path = os.path.join(base, folder)
-            if not os.path.lexists(path):
+            if not os.path.lexists(os.path.join(base, folder)):
                 continue
-            add(path)
-            for child in listing(path):
-                add(child)
-                if folder == "automations" and os.path.isdir(child):
-                    for inner in listing(child):
-                        add(inner)
+            for child in listing(add(folder)):
+                real = add(f"{folder}/{child}")
+                if folder == "automations":
+                    for inner in listing(real):
+                        add(f"{folder}/{child}/{inner}")
     except OSError:
         return None
     return tuple(stamps)
@@ -86,7 +103,7 @@ class LoadCache:
         self,
         max_entries: int = 1024,
         *,
-        load: Callable[[Path], loader.LoadResult] = loader.load,
+        load: Callable[..., loader.LoadResult] = loader.load,
         racy_ns: int = RACY_NS,
     ) -> None:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
@@ -97,10 +114,14 @@ class LoadCache:
         self.hits = 0
         self.misses = 0
 
-    def load(self, root: Path) -> loader.LoadResult:
-        """The directory's load result: the cached one if no file changed since, else a fresh load."""
-        key = str(root.resolve())
-        stamps = fingerprint(root)
+    def load(self, root: Path, *, follow_symlinks: bool = True) -> loader.LoadResult:
+        """The directory's load result: the cached one if no file changed since, else a fresh load.
+
+        ``follow_symlinks`` is the loader's (False for git snapshots); the ``load`` given to the
+        constructor is called with it only when it is False.
+        """
+        key = f"{root.resolve()}\0{follow_symlinks}"
+        stamps = fingerprint(root, follow_symlinks=follow_symlinks)
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry.fresh_for(stamps, self._racy_ns):
@@ -109,7 +130,7 @@ class LoadCache:
                 return entry.result
             self.misses += 1
         started = time.time_ns()
-        result = self._load(root)
+        result = self._load(root) if follow_symlinks else self._load(root, follow_symlinks=False)
         with self._lock:
             if stamps is None:
                 self._entries.pop(key, None)

@@ -5,6 +5,10 @@ left out of the definition; the other files still load, so one run reports every
 size-checked before they are read, decoded strictly as UTF-8, parsed with marks (see
 :mod:`reconciler.yamlmarks`) and checked against ``schemas/*.schema.json``.
 
+Files are read by one reader (:meth:`_Loader.read`): nothing whose real path lies outside the
+factory root's real path is ever opened or listed, whatever symlinks (of files or of directories)
+lead there; such a file is a diagnostic that says so and shows nothing of the target.
+
 Paths: a spec's ``path`` is relative to the factory root (it is what the store records as the
 definition path); diagnostics and ``Location``s use the root as the caller gave it joined with
 that relative path, so CI annotations point at real files.
@@ -38,6 +42,8 @@ from reconciler.specs import (
 from reconciler.yamlmarks import Marks, parse_yaml, path_str, split_front_matter
 
 MAX_FILE_BYTES = 1024 * 1024
+OUTSIDE = "symlink points outside the factory directory"
+NOT_FOLLOWED = "symlink not followed: definitions from a git source are read from the commit's tree"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -68,12 +74,104 @@ class _Doc:
         return {path_str(p): Location(self.display, *pos) for p, pos in places.items()}
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """A directory entry: ``kind`` is ``file``, ``dir``, ``other`` or ``link`` (a symlink not followed)."""
+
+    name: str
+    kind: str
+
+
+class Refused(Exception):
+    """A path the reader will not open; ``message`` says why without naming what lies beyond it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Confined:
+    """A factory root and whether symlinks inside it are followed: decides which paths may be opened.
+
+    Shared by the loader and :mod:`reconciler.loadcache`, so what is fingerprinted is what is read.
+    """
+
+    def __init__(self, root: Path, follow_symlinks: bool = True) -> None:
+        self.root = root
+        self.follow_symlinks = follow_symlinks
+        self.real_root = os.path.realpath(root)
+
+    def locate(self, rel: str) -> str:
+        """The real path of ``root/rel``, which is inside the root's real path; raises :class:`Refused`
+        (symlink not followed, pointing outside, dangling or looping) or ``FileNotFoundError``."""
+        full = os.path.join(self.root, rel)
+        if not self.follow_symlinks:
+            path = str(self.root)
+            for part in rel.split("/"):
+                path = os.path.join(path, part)
+                if os.path.islink(path):
+                    raise Refused(NOT_FOLLOWED)
+        try:
+            os.stat(full)  # metadata only: nothing outside the root is ever opened
+        except FileNotFoundError:
+            if os.path.islink(full):
+                raise Refused("dangling symlink (its target does not exist)") from None
+            if not self.inside(os.path.realpath(full)):
+                raise Refused(OUTSIDE) from None
+            raise
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise Refused("symlink loop") from None
+            raise
+        real = os.path.realpath(full)
+        if not self.inside(real):
+            raise Refused(OUTSIDE)
+        return real
+
+    def inside(self, real: str) -> bool:
+        return real == self.real_root or real.startswith(self.real_root.rstrip(os.sep) + os.sep)
+
+
+def _os_problem(exc: OSError, what: str) -> str:
+    if exc.errno == errno.ELOOP:  # the walk met a symlink that was not there when the path was resolved
+        return "a symlink appeared while the file was read; it is not followed"
+    return f"{what}: {exc.strerror or exc}"
+
+
+def open_beneath(real_root: str, real: str, *, directory: bool = False) -> int:
+    """Open ``real`` (a real path inside ``real_root``) one component at a time from the root, never
+    following a symlink (``O_NOFOLLOW``): a path changed into a symlink after it was resolved fails."""
+    relative = os.path.relpath(real, real_root)
+    parts = [] if relative == "." else relative.split(os.sep)
+    fd = os.open(real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            kind = os.O_DIRECTORY if directory or not last else os.O_NONBLOCK  # a FIFO never blocks us
+            inner = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | kind, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 @dataclass
 class _Loader:
     root: Path
+    follow_symlinks: bool = True
     diagnostics: list[Diagnostic] = field(default_factory=list)
     contents: dict[str, bytes] = field(default_factory=dict)
     files: int = 0
+    confined: Confined = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.confined = Confined(self.root, self.follow_symlinks)
+
+    @property
+    def real_root(self) -> str:
+        return self.confined.real_root
 
     def display(self, rel: str) -> str:
         return (self.root / rel).as_posix()
@@ -84,28 +182,43 @@ class _Loader:
     def warn(self, rel: str, message: str) -> None:
         self.diagnostics.append(Diagnostic("FC001", message, self.display(rel), severity="warning"))
 
+    def locate(self, rel: str) -> str:
+        return self.confined.locate(rel)
+
+    def inside(self, real: str) -> bool:
+        return self.confined.inside(real)
+
     def read(self, rel: str, *, missing: str = "file not found") -> str | None:
-        """The file's text, or ``None`` after recording why it cannot be used."""
+        """The file's text, or ``None`` after recording why it cannot be used.
+
+        The one reader of definition files (docs/definitions.md, "How files are read"): the file is
+        opened only when its real path lies inside the root's, component by component without following
+        symlinks (a symlink swapped in meanwhile fails the open), so no byte of any other file is read.
+        """
         self.files += 1
-        full = self.root / rel
         try:
-            info = full.stat()
+            real = self.locate(rel)
+            info = os.lstat(real)
             if not stat.S_ISREG(info.st_mode):
                 self.error(rel, "not a regular file")
                 return None
             if info.st_size > MAX_FILE_BYTES:
                 self.error(rel, f"file is {info.st_size} bytes; the limit is {MAX_FILE_BYTES} bytes (1 MiB)")
                 return None
-            with full.open("rb") as handle:
+            with os.fdopen(open_beneath(self.real_root, real), "rb") as handle:
+                opened = os.fstat(handle.fileno())
+                if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
+                    self.error(rel, "the file was replaced while it was read; read it again")
+                    return None
                 data = handle.read(MAX_FILE_BYTES + 1)
+        except Refused as exc:
+            self.error(rel, exc.message)
+            return None
         except FileNotFoundError:
-            self.error(rel, "dangling symlink (its target does not exist)" if full.is_symlink() else missing)
+            self.error(rel, missing)
             return None
         except OSError as exc:
-            reason = (
-                "symlink loop" if exc.errno == errno.ELOOP else f"cannot read file: {exc.strerror or exc}"
-            )
-            self.error(rel, reason)
+            self.error(rel, _os_problem(exc, "cannot read file"))
             return None
         if len(data) > MAX_FILE_BYTES:
             self.error(rel, f"file is larger than {MAX_FILE_BYTES} bytes (1 MiB)")
@@ -121,21 +234,46 @@ class _Loader:
             self.error(rel, f"not valid UTF-8 (byte 0x{byte:02x}); save the file as UTF-8", line, column)
             return None
 
-    def listdir(self, rel: str) -> list[os.DirEntry[str]]:
-        """Entries of a sub-directory, sorted, skipping dot files (editor locks, swap files)."""
-        full = self.root / rel
-        if not full.exists() and not full.is_symlink():
+    def listdir(self, rel: str) -> list[_Entry]:
+        """Entries of a sub-directory, sorted, skipping dot files (editor locks, swap files).
+
+        Listed only when the directory's real path is inside the root (names are information too).
+        """
+        if not os.path.lexists(os.path.join(self.root, rel)):
             return []
         try:
-            with os.scandir(full) as entries:
-                return sorted((e for e in entries if not e.name.startswith(".")), key=lambda e: e.name)
-        except NotADirectoryError:
-            self.error(rel, f"'{rel}' must be a directory")
+            real = self.locate(rel)
+            if not os.path.isdir(real):
+                self.error(rel, f"'{rel}' must be a directory")
+                return []
+            fd = open_beneath(self.real_root, real, directory=True)
+            try:
+                names = sorted(n for n in os.listdir(fd) if not n.startswith("."))
+                return [self.entry(fd, real, name) for name in names]
+            finally:
+                os.close(fd)
+        except Refused as exc:
+            self.error(rel, exc.message)
+        except FileNotFoundError:
+            pass  # removed while we looked: as if it never was
         except OSError as exc:
-            self.error(
-                rel, "symlink loop" if exc.errno == errno.ELOOP else f"cannot list directory: {exc.strerror}"
-            )
+            self.error(rel, _os_problem(exc, "cannot list directory"))
         return []
+
+    def entry(self, dir_fd: int, real_dir: str, name: str) -> _Entry:
+        """What ``name`` in the open directory is; a symlink is looked through only when it may be
+        followed and its target is inside the root (``link`` otherwise: reading it reports why)."""
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            target = os.path.realpath(os.path.join(real_dir, name))
+            if not self.follow_symlinks or not self.inside(target):
+                return _Entry(name, "link")
+            try:
+                info = os.stat(target)
+            except OSError:
+                return _Entry(name, "link")
+        kind = "dir" if stat.S_ISDIR(info.st_mode) else "file" if stat.S_ISREG(info.st_mode) else "other"
+        return _Entry(name, kind)
 
     def document(
         self, rel: str, schema: str, text: str, *, line_offset: int = 0, empty_ok: bool = False
@@ -178,7 +316,7 @@ class _Loader:
             if suffix in YAML_SUFFIXES:
                 if self.named(rel, stem, what):
                     yield rel, stem
-            elif not entry.name.lower().endswith(".md") and not entry.is_dir():
+            elif not entry.name.lower().endswith(".md") and entry.kind != "dir":
                 self.warn(rel, f"ignored: {what} definitions are {folder}/<name>.yaml")
 
     def factory(self) -> FactorySpec | None:
@@ -224,7 +362,7 @@ class _Loader:
         out = []
         for entry in self.listdir("automations"):
             folder = f"automations/{entry.name}"
-            if entry.is_file():
+            if entry.kind == "file":
                 if not entry.name.lower().startswith("readme"):
                     self.warn(
                         folder, "ignored: an automation is a directory, automations/<name>/automation.md"
@@ -296,10 +434,14 @@ class _Loader:
         return sha.hexdigest()
 
 
-def load(root: Path) -> LoadResult:
+def load(root: Path, *, follow_symlinks: bool = True) -> LoadResult:
     """Load the factory directory ``root`` (``factory.yaml``, ``webhooks/``, ``automations/``,
-    ``environments/``). Never raises for bad input: every problem is a diagnostic."""
-    loader = _Loader(root)
+    ``environments/``). Never raises for bad input: every problem is a diagnostic.
+
+    Symlinks whose real path stays inside the root are followed; with ``follow_symlinks=False`` (a git
+    snapshot, where the commit's tree is the truth) none is, and each is a diagnostic.
+    """
+    loader = _Loader(root, follow_symlinks)
     shown = root.as_posix()
     if not root.is_dir():
         why = "is not a directory" if root.exists() else "does not exist"

@@ -4,6 +4,10 @@ What a single file's schema cannot see: limits over the whole factory, duplicate
 filter syntax, triggers that name webhook *files* instead of UIDs, and references from automations
 and agents to agents and environments. Pure functions over a :class:`FactoryDefinition`: no I/O.
 
+Environment repositories: every ``repos[].url`` and ``ref`` must be something git may be given
+(:func:`safegit.check_location` with the policy the worker clones under, FC011): no ``-`` prefix, no
+``<transport>::`` remote helper, an allowed transport — refused here with file:line, not at run time.
+
 Environments: an ``environment_id`` must name ``environments/<name>.yaml`` in the same tree, or an
 environment the caller knows from the store (``known_environments``); offline, only the tree counts.
 """
@@ -14,10 +18,12 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+import safegit
 from reconciler.diagnostics import Diagnostic
 from reconciler.specs import (
     MAX_WEBHOOKS_PER_FACTORY,
     AutomationSpec,
+    EnvironmentSpec,
     FactoryDefinition,
     Location,
 )
@@ -69,6 +75,8 @@ def check(
     out += _duplicates(
         "environment", ((e.name, e.path, e.locations) for e in definition.environments), definition.root
     )
+    for env in definition.environments:
+        out += _repositories(env, definition.root)
     environments = {e.name for e in definition.environments} | set(known_environments)
     agents = set(definition.factory.agents) | {DEFAULT_AGENT}
     for name, config in definition.factory.agents.items():
@@ -111,6 +119,28 @@ def _duplicates(
             )
         else:
             seen[name] = rel
+    return out
+
+
+def _repositories(env: EnvironmentSpec, root: str) -> list[Diagnostic]:
+    """FC011 for each repository URL or ref of ``env`` that git must not be given (docs/definitions.md)."""
+    out = []
+    repos = env.spec.get("repos")
+    for index, repo in enumerate(repos if isinstance(repos, list) else []):
+        if not isinstance(repo, Mapping):
+            continue
+        for key, check in (
+            ("url", lambda v: safegit.check_location(v, safegit.ENVIRONMENT_REPOS)),
+            ("ref", safegit.check_ref),
+        ):
+            value = repo.get(key)
+            if not isinstance(value, str):
+                continue
+            try:
+                check(value)
+            except safegit.UnsafeLocation as exc:
+                where = _place(env.locations, f"repos[{index}].{key}", root)
+                out.append(_at("FC011", str(exc), where, _file(root, env.path)))
     return out
 
 

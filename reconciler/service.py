@@ -6,7 +6,9 @@ apply lock (:mod:`reconciler.locks`), read the store, run the offline rules and 
 plan, apply, record the revision, conditions and an apply-history row, commit. Any definition
 problem rolls everything back, and then a second, small transaction records the failed attempt
 (history row with the errors, ``last_attempted_revision`` and Ready=False/Stalled=True on the factory
-when it exists): the last good state stays live and the failure is visible.
+when it exists): the last good state stays live and the failure is visible. The loops record what
+happens before a tree can be loaded the same way: :func:`record_revision_failure` (a revision the source
+could not read) and :func:`record_source_failure` (the source itself cannot be read).
 
 Definition problems are returned (``outcome == "failed"`` with diagnostics or an error); only
 unexpected failures (the database going away) raise, after an attempt to record them.
@@ -33,7 +35,7 @@ from reconciler.plan import Plan, StoreState, diff
 from reconciler.specs import FactoryDefinition
 from store.clock import Clock, rfc3339
 from store.crypto import SecretBox
-from store.models import ApplyRecord, Team
+from store.models import ApplyRecord, Factory, Team
 from store.teams import ensure_team
 
 
@@ -118,9 +120,11 @@ async def _team_id(session: AsyncSession, team: str) -> str | None:
     return (await session.execute(select(Team.id).where(Team.name == team))).scalar_one_or_none()
 
 
-def _load(root: Path, cache: LoadCache | None) -> tuple[loader.LoadResult, str]:
+def _load(root: Path, cache: LoadCache | None, follow_symlinks: bool) -> tuple[loader.LoadResult, str]:
     """File I/O, run in a thread: the load result and the absolute path of ``root``."""
-    return (cache.load(root) if cache is not None else loader.load(root)), str(root.resolve())
+    if cache is not None:
+        return cache.load(root, follow_symlinks=follow_symlinks), str(root.resolve())
+    return loader.load(root, follow_symlinks=follow_symlinks), str(root.resolve())
 
 
 def _shown(definition: FactoryDefinition, rel: str) -> str:
@@ -187,6 +191,7 @@ async def reconcile(
     source: str | None = None,
     expected_plan: str | None = None,
     cache: LoadCache | None = None,
+    follow_symlinks: bool = True,
 ) -> ReconcileOutcome:
     """Plan (``dry_run``) or apply the factory directory ``root`` for ``team``.
 
@@ -194,9 +199,10 @@ async def reconcile(
     ``source`` is stored on the factory (default: ``root`` as an absolute path). ``expected_plan`` is
     a :meth:`Plan.digest` the caller showed and had approved: if the plan differs now, nothing is
     applied. ``cache`` (long-running loops) skips re-loading a directory whose files did not change.
+    ``follow_symlinks`` False (git snapshots) reports every symlink instead of following it.
     """
     started, t0 = clock.now(), clock.monotonic()
-    loaded, where = await asyncio.to_thread(_load, root, cache)
+    loaded, where = await asyncio.to_thread(_load, root, cache, follow_symlinks)
     definition = loaded.definition
     rev = revision or (f"sha256:{definition.content_digest}" if definition else "unknown")
 
@@ -305,3 +311,60 @@ async def _record_failure(
             )
         uid = factory.uid if factory is not None else None
         session.add(_history(team_id, started, replace(failed, factory_uid=uid, factory_name=name or label)))
+
+
+async def _factory_name(session: AsyncSession, team_id: str, name: str | None, source: str) -> str | None:
+    """``name`` when given, else the definitions-managed factory last applied from ``source``."""
+    if name:
+        return name
+    stmt = (
+        select(Factory.name)
+        .where(Factory.team_id == team_id, Factory.source == source, Factory.managed_by == MANAGED_BY)
+        .order_by(Factory.updated_at.desc())
+        .limit(1)
+    )
+    return (await session.execute(stmt)).scalar_one_or_none()
+
+
+async def record_revision_failure(
+    sessions: async_sessionmaker[AsyncSession],
+    clock: Clock,
+    *,
+    team: str,
+    source: str,
+    revision: str,
+    error: str,
+    factory_name: str | None = None,
+) -> ReconcileOutcome:
+    """A revision the source could not read (a malformed git tree), recorded as a failed reconcile of it:
+    history row, ``last_attempted_revision`` and Ready=False/Stalled=True (``RevisionUnreadable``) on the
+    factory — ``factory_name``, else the one last applied from ``source`` (docs/reconcile.md)."""
+    started = clock.now()
+    async with sessions() as session:
+        team_id = await _team_id(session, team)
+        name = await _factory_name(session, team_id, factory_name, source) if team_id else factory_name
+    failed = ReconcileOutcome("failed", revision, 0, error=error, factory_name=name)
+    await _record_failure(sessions, clock, team, started, failed, "RevisionUnreadable", label=source)
+    return failed
+
+
+async def record_source_failure(
+    sessions: async_sessionmaker[AsyncSession],
+    clock: Clock,
+    *,
+    team: str,
+    source: str,
+    error: str,
+    factory_name: str | None = None,
+) -> None:
+    """The source cannot be read at all (fetch failed): Ready=False/Stalled=True (``SourceUnavailable``) on
+    the factory, nothing else — no revision was attempted. The next reconcile sets them again."""
+    async with sessions() as session, session.begin():
+        team_id = await _team_id(session, team)
+        name = await _factory_name(session, team_id, factory_name, source) if team_id else None
+        factory = await find_factory(session, team_id, name) if team_id and name else None
+        if factory is None or factory.managed_by != MANAGED_BY:
+            return
+        factory.conditions = conditions(
+            factory.conditions, ready=False, reason="SourceUnavailable", message=error, now=clock.now()
+        )

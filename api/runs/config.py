@@ -10,6 +10,10 @@ Validation rejects unknown keys (422, listing the allowed ones): top-level reque
 ignored when unknown, but a misspelt config key (``model`` for ``model_id``) silently running with
 defaults is worse than an error. Only the request layer is validated here; the other layers were
 checked when their definitions applied, and unknown keys in them are dropped on resolution.
+
+A skill spec is also checked for what the resolver refuses (``..``, absolute paths: the same function,
+:func:`api.runs.skills.parse_skill_spec`); ``harness`` may only choose the ``type`` — the command a worker
+runs is the worker's own, and definitions refuse ``harness.command`` the same way (docs/definitions.md).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from api.http.bodies import field_error
+from api.runs.skills import SkillUnavailable, parse_skill_spec
 
 CONFIG_KEYS = (
     "name",
@@ -84,12 +89,10 @@ def validate_config(obj: Any, *, field: str = "config") -> list[dict[str, Any]]:
     errors += _check_string(obj.get("base_prompt"), f"{field}.base_prompt", max_len=MAX_BASE_PROMPT)
     skill = obj.get("skill_spec")
     skill_errors = _check_string(skill, f"{field}.skill_spec", max_len=500)
-    if not skill_errors and skill is not None and not _SKILL_SPEC.match(skill):
-        skill_errors.append(
-            field_error(
-                f"{field}.skill_spec", "must be 'owner/repo:skill-name' or 'owner/repo:path/to/SKILL.md'"
-            )
-        )
+    if not skill_errors and skill is not None:
+        problem = _skill_spec_problem(skill)
+        if problem is not None:
+            skill_errors.append(field_error(f"{field}.skill_spec", problem))
     errors += skill_errors
     errors += validate_mcp_servers(obj.get("mcp_servers"), field=f"{field}.mcp_servers")
     errors += _check_harness(obj.get("harness"), f"{field}.harness")
@@ -97,7 +100,19 @@ def validate_config(obj: Any, *, field: str = "config") -> list[dict[str, Any]]:
 
 
 def validate_skill_spec(value: str) -> bool:
-    return bool(_SKILL_SPEC.match(value))
+    return _skill_spec_problem(value) is None
+
+
+def _skill_spec_problem(value: str) -> str | None:
+    """Why ``value`` is not a usable skill spec: its shape, then what the resolver refuses (``..``,
+    absolute paths, bad owner or repository names), so an unsafe spec is a 422 before any lookup."""
+    if not _SKILL_SPEC.match(value):
+        return "must be 'owner/repo:skill-name' or 'owner/repo:path/to/SKILL.md'"
+    try:
+        parse_skill_spec(value)
+    except SkillUnavailable as exc:
+        return str(exc)
+    return None
 
 
 def validate_mcp_servers(value: Any, *, field: str = "mcp_servers") -> list[dict[str, Any]]:

@@ -3,9 +3,11 @@
 
 Repositories come from the server's ``--skills-source`` template (``{owner}`` and ``{repo}`` are
 substituted): a local directory is read in place (a bare repository is cloned like a URL); a git
-URL is cloned with GitPython into ``<data_dir>/skills-cache/<hash>`` and fetched again at most
-every ``refresh_seconds``. A factory's own definitions repository also serves its ``owner/repo``
-(see :meth:`SkillResolver.resolve`'s ``repos``).
+URL is cloned through :mod:`safegit` into ``<data_dir>/skills-cache/<hash>`` and fetched again at most
+every ``refresh_seconds``. Every location is checked first (:data:`safegit.SKILLS_SOURCE`: no ``-``
+prefix, no ``<transport>::`` remote helper, an allowed transport); the template itself is checked when
+the server starts (:func:`check_source_template`). A factory's own definitions repository also serves
+its ``owner/repo`` (see :meth:`SkillResolver.resolve`'s ``repos``).
 
 Everything is refused with one exception type, :class:`SkillUnavailable`, which run creation
 maps to a 422: an unresolvable skill is the caller's mistake, never a failed run. Paths from a
@@ -24,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import git
 import yaml
+
+import safegit
 
 MAX_SKILL_BYTES = 256 * 1024
 SKILL_FILE = "SKILL.md"
@@ -153,7 +156,18 @@ def read_skill(root: Path, ref: SkillRef) -> ResolvedSkill:
 
 def is_remote(location: str) -> bool:
     """A git URL (``scheme://`` or scp-like ``user@host:path``) rather than a local path."""
-    return "://" in location or bool(re.match(r"^[\w.-]+@[\w.-]+:", location))
+    try:
+        return "://" in location or safegit.transport_of(location) != "file"
+    except safegit.UnsafeLocation:
+        return True  # not a path to read in place; the clone refuses it
+
+
+def check_source_template(template: str) -> None:
+    """Refuse a ``--skills-source`` template git must not be given (raises :class:`safegit.UnsafeLocation`,
+    a ValueError): checked with sample names at start, and each substituted location again when used."""
+    safegit.check_location(
+        template.replace("{owner}", "owner").replace("{repo}", "repo"), safegit.SKILLS_SOURCE
+    )
 
 
 class SkillResolver:
@@ -194,6 +208,10 @@ class SkillResolver:
 
     def checkout(self, location: str, key: str) -> Path:
         """A directory holding the repository's files: a local working tree or a cached clone."""
+        try:
+            safegit.check_location(location, safegit.SKILLS_SOURCE)
+        except safegit.UnsafeLocation as exc:
+            raise SkillUnavailable(f"repository {key} cannot be used: {exc}") from None
         if not is_remote(location):
             path = Path(location)
             if not path.is_dir():
@@ -207,44 +225,32 @@ class SkillResolver:
         dest = self.cache_dir / digest
         with self._guard:
             lock = self._locks.setdefault(digest, threading.Lock())
-        env = {"GIT_TERMINAL_PROMPT": "0"}
         with lock:
             now = self.monotonic()
             last = self._fetched.get(digest)
             try:
                 if (dest / ".git").is_dir():
                     if last is None or now - last >= self.refresh_seconds:
-                        repo = git.Git(str(dest))
-                        repo.fetch(
-                            "--quiet",
-                            "--depth",
-                            "1",
-                            "origin",
-                            kill_after_timeout=GIT_TIMEOUT_SECONDS,
-                            env=env,
+                        safegit.fetch(
+                            dest, url, policy=safegit.SKILLS_SOURCE, depth=1, timeout=GIT_TIMEOUT_SECONDS
                         )
-                        repo.reset(
-                            "--quiet", "--hard", "FETCH_HEAD", kill_after_timeout=GIT_TIMEOUT_SECONDS, env=env
-                        )
+                        safegit.reset_hard(dest, "FETCH_HEAD", timeout=GIT_TIMEOUT_SECONDS)
                         self._fetched[digest] = now
                     return dest
-                git.Git.check_unsafe_protocols(url)
                 self.cache_dir.mkdir(parents=True, exist_ok=True)
-                git.Git(str(self.cache_dir)).clone(
-                    "--quiet",
-                    "--depth",
-                    "1",
-                    "--",
+                safegit.clone(
                     url,
-                    str(dest),
-                    kill_after_timeout=GIT_TIMEOUT_SECONDS,
-                    env=env,
+                    dest,
+                    policy=safegit.SKILLS_SOURCE,
+                    depth=1,
+                    cwd=self.cache_dir,
+                    timeout=GIT_TIMEOUT_SECONDS,
                 )
                 self._fetched[digest] = now
                 return dest
-            except git.GitError as exc:
+            except safegit.GitError as exc:
                 shown = url if "@" not in url.split("://", 1)[-1].split("/", 1)[0] else f"repository {key}"
-                detail = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else type(exc).__name__
+                detail = exc.detail if isinstance(exc, safegit.GitFailed) else str(exc)
                 if dest.is_dir() and (dest / ".git").is_dir() and last is not None:
                     return dest  # a failed refresh keeps serving the last good checkout
                 raise SkillUnavailable(f"unknown repository {key}: cannot fetch {shown} ({detail})") from None

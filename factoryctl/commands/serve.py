@@ -54,10 +54,25 @@ def _serve(ctx: CliContext, args: argparse.Namespace) -> int:
 
     try:
         options = ServeOptions.from_args(ctx, args)
-    except ValueError as exc:
+        _check_git_locations(options.git_url, options.branch, options.settings.skills_source)
+    except ValueError as exc:  # safegit.UnsafeLocation is one too
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         return asyncio.run(run_server(ctx, options))
     except KeyboardInterrupt:
         return 0
+
+
+def _check_git_locations(git_url: str | None, branch: str, skills_source: str | None) -> None:
+    """Refuse, before anything starts, a ``--git`` URL, ``--branch`` or ``--skills-source`` template that
+    git must not be given: an option (``--upload-pack=CMD``), a remote helper (``ext::``), a transport
+    not allowed (docs/operations.md, "Git URLs"). Raises :class:`safegit.UnsafeLocation` (a ValueError)."""
+    import safegit
+    from api.runs.skills import check_source_template
+
+    if git_url is not None:
+        safegit.check_location(git_url, safegit.GIT_SOURCE)
+        safegit.check_branch(branch)
+    if skills_source:
+        check_source_template(skills_source)

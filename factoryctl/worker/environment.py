@@ -12,9 +12,12 @@ redacted; :func:`setup_failure_outcome` turns it into the run's FAILED outcome w
 ``environment_setup_failed``. To abandon a preparation, cancel the task: the running setup
 command's process group is killed.
 
-Clones use GitPython's ``Git.clone`` with ``kill_after_timeout`` rather than ``Repo.clone_from``,
-which runs git as a detached process and cannot enforce a deadline. Git never prompts for
-credentials (``GIT_TERMINAL_PROMPT=0``): a private repository without credentials fails fast.
+Clones run through :mod:`safegit` (the runner the git source and the skills resolver use too): the URL
+is checked against :data:`safegit.ENVIRONMENT_REPOS` first — no ``-`` prefix (``--upload-pack=CMD``),
+no ``<transport>::`` remote helper (``ext::sh -c …``), only https, http, ssh, git and local paths or
+``file://`` — and follows ``--``; the ref is checked and followed by ``--`` too. git is killed with its
+process group at the deadline and never prompts for credentials: a private repository without
+credentials fails fast. Definitions are refused the same way when they load (FC011).
 """
 
 from __future__ import annotations
@@ -25,10 +28,8 @@ import signal
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import git
-
+import safegit
 from factoryctl.worker import EnvironmentSetupFailed, InvalidClaim
 from factoryctl.worker.harness import (
     DEFAULT_GRACE_SECONDS,
@@ -89,7 +90,7 @@ async def prepare_environment(
         await emit("system", f"cloning {shown} into {dest.relative_to(workspace)}")
         try:
             await asyncio.to_thread(_clone, url, dest, ref, workspace, remaining())
-        except (git.GitError, OSError) as exc:
+        except (safegit.GitError, OSError) as exc:
             tail.add(str(exc))
             raise EnvironmentSetupFailed(redact(f"cannot clone {shown}", secrets), tail.text()) from exc
         cloned.append(dest)
@@ -128,10 +129,7 @@ def repo_destination(workspace: Path, url: str, path: str | None) -> Path:
 
 def display_url(url: str) -> str:
     """``url`` with any credentials (``https://user:token@host/...``) replaced by ``***``."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc or not parts.scheme:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+    return safegit.display_url(url)
 
 
 def _repo_name(url: str) -> str:
@@ -141,15 +139,14 @@ def _repo_name(url: str) -> str:
 
 def _clone(url: str, dest: Path, ref: str | None, cwd: Path, timeout: float) -> None:
     """Blocking clone (run in a thread); git is killed if it outlives ``timeout``."""
-    if ref is not None and ref.startswith("-"):
-        raise git.GitError(f"invalid ref {ref!r}")
+    if ref is not None:
+        safegit.check_ref(ref)
+    safegit.check_location(url, safegit.ENVIRONMENT_REPOS)
     if not dest.parent.resolve().is_relative_to(cwd.resolve()):  # e.g. through an earlier clone's symlink
         raise EnvironmentSetupFailed(f"repository path {str(dest.relative_to(cwd))!r} leaves the workspace")
-    git.Git.check_unsafe_protocols(url)
-    env = {"GIT_TERMINAL_PROMPT": "0"}
-    git.Git(str(cwd)).clone("--quiet", "--", url, str(dest), kill_after_timeout=timeout, env=env)
+    safegit.clone(url, dest, policy=safegit.ENVIRONMENT_REPOS, cwd=cwd, timeout=timeout)
     if ref:
-        git.Git(str(dest)).checkout("--quiet", ref, "--", kill_after_timeout=timeout, env=env)
+        safegit.checkout(dest, ref, timeout=timeout)
 
 
 async def _run_setup(

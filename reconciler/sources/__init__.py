@@ -13,6 +13,16 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Snapshot:
+    """One revision to reconcile.
+
+    ``follow_symlinks`` is the loader's rule for the tree (False for a git commit: symlinks in it are
+    reported, never followed). ``problem`` is set when the revision itself could not be read (a
+    malformed git tree): it is then recorded as a failed reconcile of ``revision`` without loading
+    ``root``, and the source goes on to later revisions (docs/reconcile.md, "A failing revision").
+    """
+
     root: Path
     revision: str | None
     forced: bool = False
+    follow_symlinks: bool = True
+    problem: str | None = None

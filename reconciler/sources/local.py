@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 from watchfiles import Change, awatch
@@ -42,7 +42,7 @@ class DirectorySource:
         self.step_ms = step_ms
         self.force = asyncio.Event()
 
-    async def snapshots(self, stop: asyncio.Event) -> AsyncIterator[Snapshot]:
+    async def snapshots(self, stop: asyncio.Event) -> AsyncGenerator[Snapshot, None]:
         dirty, watch_stop = asyncio.Event(), asyncio.Event()
         watcher = asyncio.create_task(self._watch(dirty, watch_stop), name="definitions-watcher")
         # One loop turn runs the watcher task up to its first wait: by then watchfiles has registered

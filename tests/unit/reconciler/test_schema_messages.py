@@ -47,9 +47,10 @@ def test_agent_config_is_shared_by_factory_agents_and_automation_config() -> Non
         )
         == []
     )
-    assert messages("automation", "config:\n  harness: {type: command}\n") == [
-        "'command' is required when the harness type is 'command' in 'config.harness'"
-    ]
+    # The command a harness runs is the worker's (``--command``), never a definition's.
+    assert messages("automation", "config:\n  harness: {type: command}\n") == []
+    [refused] = messages("automation", "config:\n  harness: {type: command, command: 'rm -rf /'}\n")
+    assert "command" in refused
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,172 @@
+"""Exporting a commit of a git source: only what the loader reads, nothing outside the snapshot, trees git
+would refuse to check out refused with a message (not a crash), symlinks reported and never followed.
+
+Repositories are real; malformed trees are written with ``git hash-object --literally``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+
+import safegit
+from reconciler import SourceError
+from reconciler.diagnostics import Diagnostic
+from reconciler.loader import MAX_FILE_BYTES, load
+from reconciler.sources.git import GitSource
+
+NOT_FOLLOWED = "symlink not followed: definitions from a git source are read from the commit's tree"
+Where = Callable[[Path, Iterable[Diagnostic]], list[tuple[str, int, int, str]]]
+
+
+def git(repo: Path, *args: str, data: bytes | None = None) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        input=data,
+        capture_output=True,
+        check=True,
+    )
+    return done.stdout.decode().strip()
+
+
+class Repo:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True)
+        git(path, "init", "--quiet", "--initial-branch", "main")
+
+    def blob(self, data: bytes) -> str:
+        return git(self.path, "hash-object", "-w", "--stdin", data=data)
+
+    def tree(self, *entries: tuple[str, str, str]) -> str:
+        body = b"".join(f"{mode} {name}".encode() + b"\0" + bytes.fromhex(oid) for mode, name, oid in entries)
+        return git(self.path, "hash-object", "-t", "tree", "--literally", "-w", "--stdin", data=body)
+
+    def commit(self, *entries: tuple[str, str, str]) -> str:
+        factory = ("100644", "factory.yaml", self.blob(b"name: demo\n"))
+        sha = git(self.path, "commit-tree", self.tree(factory, *entries), "-m", "c")
+        git(self.path, "update-ref", "refs/heads/main", sha)
+        return sha
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repo:
+    return Repo(tmp_path / "src")
+
+
+@pytest.fixture
+def source(repo: Repo, tmp_path: Path) -> GitSource:
+    return GitSource(str(repo.path), "main", tmp_path / "data")
+
+
+def exported(source: GitSource) -> tuple[Path, list[str]]:
+    root = source.export(source.fetch())
+    return root, sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_only_what_the_loader_reads_is_exported(repo: Repo, source: GitSource) -> None:
+    hook = repo.blob(b"secretName: s\n")
+    deep = repo.tree(("100644", "x.yaml", hook))
+    automation = repo.tree(
+        ("100644", "automation.md", repo.blob(b"---\n---\nDo it.\n")),
+        ("40000", "deeper", repo.tree(("40000", "z", deep))),
+    )
+    repo.commit(
+        ("40000", "automations", repo.tree(("40000", "triage", automation))),
+        ("100644", "README.md", repo.blob(b"not a definition")),
+        ("40000", "src", deep),
+        ("40000", "webhooks", repo.tree(("100644", "a.yaml", hook), ("40000", "sub", deep))),
+    )
+    root, paths = exported(source)
+    assert paths == [
+        "automations",
+        "automations/triage",
+        "automations/triage/automation.md",
+        "automations/triage/deeper",  # a directory the loader never enters: left empty
+        "factory.yaml",
+        "webhooks",
+        "webhooks/a.yaml",
+        "webhooks/sub",
+    ]
+    assert load(root, follow_symlinks=False).ok
+    assert oct(os.stat(root / "webhooks" / "a.yaml").st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("webhooks/x.yaml", "'webhooks/x.yaml' in the root is not a valid file name"),
+        ("..", "'..' in the root is not a valid file name"),
+    ],
+)
+def test_a_malformed_root_entry_is_refused(repo: Repo, source: GitSource, name: str, problem: str) -> None:
+    repo.commit(("100644", name, repo.blob(b"secretName: s\n")))
+    with pytest.raises(SourceError, match=problem):
+        exported(source)
+    assert list(source.snapshot_dir.iterdir()) == []  # nothing half-written is left
+
+
+def test_dot_dot_trees_cannot_write_outside_the_snapshot(
+    repo: Repo, source: GitSource, tmp_path: Path
+) -> None:
+    evil = repo.tree(("100644", "escaped.yaml", repo.blob(b"x")))
+    up = repo.tree(("40000", "..", repo.tree(("40000", "..", evil))))
+    repo.commit(("40000", "webhooks", up))
+    with pytest.raises(SourceError, match=r"tree entry '\.\.' in 'webhooks/' is not a valid file name"):
+        exported(source)
+    assert not list(tmp_path.rglob("escaped.yaml"))
+
+
+def test_a_duplicate_entry_is_refused(repo: Repo, source: GitSource) -> None:
+    hook = repo.blob(b"secretName: s\n")
+    repo.commit(("40000", "webhooks", repo.tree(("100644", "a.yaml", hook), ("120000", "a.yaml", hook))))
+    with pytest.raises(SourceError, match=r"'a\.yaml' in 'webhooks/' appears twice"):
+        exported(source)
+
+
+def test_symlinks_are_exported_inert_and_reported(repo: Repo, source: GitSource, where: Where) -> None:
+    target = repo.blob(b"/etc/passwd")
+    repo.commit(
+        ("40000", "webhooks", repo.tree(("120000", "x.yaml", target))),
+        ("120000", "environments", repo.blob(b"/etc")),
+    )
+    root, _ = exported(source)
+    assert os.readlink(root / "webhooks" / "x.yaml") == "symlink-not-followed"
+    result = load(root, follow_symlinks=False)
+    assert sorted(where(root, result.diagnostics)) == [
+        ("environments", 0, 0, "FC001"),
+        ("webhooks/x.yaml", 0, 0, "FC001"),
+    ]
+    assert {d.message for d in result.diagnostics} == {NOT_FOLLOWED}
+
+
+def test_an_oversized_file_is_refused_by_size_without_being_read(
+    repo: Repo, source: GitSource, where: Where
+) -> None:
+    big = repo.blob(b"x" * (MAX_FILE_BYTES + 10))
+    repo.commit(("40000", "webhooks", repo.tree(("100644", "big.yaml", big))))
+    root, _ = exported(source)
+    result = load(root, follow_symlinks=False)
+    assert where(root, result.diagnostics) == [("webhooks/big.yaml", 0, 0, "FC001")]
+    assert result.diagnostics[0].message.startswith(f"file is {MAX_FILE_BYTES + 10} bytes")
+
+
+def test_unsafe_urls_and_branches_never_make_a_source(tmp_path: Path) -> None:
+    for url in ("--upload-pack=touch /tmp/x", "ext::sh -c touch% /tmp/x"):
+        with pytest.raises(safegit.UnsafeLocation):
+            GitSource(url, "main", tmp_path)
+    with pytest.raises(safegit.UnsafeLocation):
+        GitSource(str(tmp_path), "main:refs/heads/other", tmp_path)
+
+
+def test_fetch_errors_name_the_problem(repo: Repo, source: GitSource, tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="branch 'main' does not exist"):
+        source.fetch()  # an empty repository: no branch yet
+    missing = GitSource(str(tmp_path / "nope"), "main", tmp_path / "data2")
+    with pytest.raises(SourceError, match="cannot fetch"):
+        missing.fetch()
