@@ -26,6 +26,7 @@ from api.context import (
     ReconcileTrigger,
     ServerSettings,
 )
+from api.http.urls import refuse_nul
 from api.problems import problem_middleware
 from api.runs.claim_signal import CLAIM_SIGNAL, ClaimSignal
 from store.clock import Clock, SystemClock
@@ -59,7 +60,7 @@ def create_app(
     registry = CollectorRegistry()
     latency = ops.new_latency_histogram(registry)
     app = web.Application(
-        middlewares=[ops.metrics_middleware(latency), problem_middleware],
+        middlewares=[ops.metrics_middleware(latency), problem_middleware, refuse_nul],
         client_max_size=max(settings.max_body_bytes, 8 * 1024 * 1024) + 1024,
     )
     app[SETTINGS] = settings

@@ -46,8 +46,9 @@ def loads_limited(
     Strict: UTF-8 only (a leading byte order mark is ignored, as RFC 8259 allows), no ``NaN`` or
     ``Infinity``, no number that overflows a float. Limits: arrays and objects nested at most
     ``max_depth`` deep, every number written in at most ``max_number_length`` characters.
-    ``lone_surrogates``: accept strings holding an unpaired ``\\uD800``-``\\uDFFF`` escape (the ingress
-    keeps payloads as raw bytes and only matches filters on them; anything stored as text refuses them).
+    ``lone_surrogates``: accept strings holding an unpaired ``\\uD800``-``\\uDFFF`` escape or a ``\\u0000``
+    (the ingress keeps payloads as raw bytes and only matches filters on them; anything stored as text
+    refuses both).
     """
     try:
         text = raw.decode("utf-8")
@@ -67,6 +68,9 @@ def loads_limited(
         raise InvalidJson(str(exc)) from None
     if not lone_surrogates and _SURROGATE_ESCAPE.search(text) and not _all_encodable(value):
         raise InvalidJson("a JSON string holds an unpaired UTF-16 surrogate escape")
+    if not lone_surrogates and "\\u0000" in text and any("\x00" in s for s in _strings(value)):
+        # Text columns (PostgreSQL's in particular) cannot hold U+0000.
+        raise InvalidJson("a JSON string holds a NUL character (\\u0000)")
     return value
 
 

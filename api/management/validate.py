@@ -17,11 +17,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.auth import require
 from api.context import sessions
-from api.errors import FeatureNotAvailable, PayloadTooLarge
+from api.errors import BadRequest, FeatureNotAvailable, PayloadTooLarge
 from api.http.bodies import fail_on, field_error, read_json_object
 from api.http.paths import API_V1
 
@@ -90,7 +91,18 @@ def check_files(files: dict[str, bytes]) -> None:
 
 
 async def _multipart_files(request: web.Request) -> dict[str, bytes]:
-    """Files from ``multipart/form-data``: each part's field name is the path; 413 over the total."""
+    """Files from ``multipart/form-data``: each part's field name is the path; 413 over the total.
+
+    A body aiohttp cannot split into parts (no boundary, a malformed part header) is the caller's
+    mistake: 400, never 500.
+    """
+    try:
+        return await _read_parts(request)
+    except (ValueError, HttpProcessingError) as exc:
+        raise BadRequest(f"malformed multipart/form-data body: {type(exc).__name__}") from None
+
+
+async def _read_parts(request: web.Request) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     total = 0
     reader = await request.multipart()

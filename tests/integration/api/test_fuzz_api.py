@@ -381,16 +381,6 @@ def fuzz_config(server: Server, s: Seeds) -> schemathesis.Config:
     return schemathesis.Config.from_dict(config)
 
 
-def _media_type(request: Any) -> str:
-    return next((str(v[0]) for k, v in request.headers.items() if k.lower() == "content-type" and v), "")
-
-
-def _holds_nul(request: Any) -> bool:
-    """A NUL anywhere in the request: percent-encoded in the URL, or in the body (raw or escaped)."""
-    body = request.body or b""
-    return "%00" in request.uri or b"\x00" in body or b"\\u0000" in body.lower()
-
-
 @dataclass(frozen=True)
 class KnownIssue:
     """A failure whose fix is in progress outside this test's files: matched exactly and left out, with the
@@ -413,23 +403,7 @@ class KnownIssue:
         )
 
 
-KNOWN_ISSUES = (
-    KnownIssue(
-        "api/management/validate.py (the /factory-files/validate fixes in progress): a multipart body aiohttp"
-        " cannot parse (no boundary: ValueError 'boundary missed'; a bad part: InvalidHeader) is a 500",
-        status=500,
-        sent=lambda request: _media_type(request).startswith("multipart/form-data"),
-        operation="POST /api/v1/factory-files/validate",
-    ),
-    KnownIssue(
-        "PostgreSQL refuses U+0000 in text (asyncpg CharacterNotInRepertoireError): a NUL in a path or query"
-        " parameter or a JSON string that reaches a query is a 500; to be refused as a 400 at the HTTP"
-        " boundary (api/http, api/problems.py)",
-        status=500,
-        sent=_holds_nul,
-        database="postgres",
-    ),
-)
+KNOWN_ISSUES: tuple[KnownIssue, ...] = ()  # every finding so far is fixed; add one here with its reason
 
 
 def describe(label: str, info: CheckFailureInfo, response: Response | None) -> str:

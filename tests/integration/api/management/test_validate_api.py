@@ -174,3 +174,24 @@ async def test_without_a_validator_the_endpoint_is_501(
     assert (
         resp.status == 501 and (await resp.json(content_type=None))["error_code"] == "feature_not_available"
     )
+
+
+@pytest.mark.parametrize(
+    ("content_type", "raw"),
+    [
+        ("multipart/form-data", b"{}"),  # no boundary (a fuzzer finding: was a 500)
+        ("multipart/form-data; boundary=4bea", b"--4bea\r\n--4bea--\r\n"),  # a part without headers
+    ],
+    ids=["no-boundary", "bad-part"],
+)
+async def test_a_multipart_body_that_cannot_be_split_is_400(
+    mgmt: Mgmt, content_type: str, raw: bytes
+) -> None:
+    resp = await mgmt.client.post(PATH, data=raw, headers={**mgmt.member, "Content-Type": content_type})
+    body = await resp.json(content_type=None)
+    assert (resp.status, resp.content_type, body["error_code"]) == (
+        400,
+        "application/problem+json",
+        "invalid_request",
+    )
+    assert body["detail"].startswith("malformed multipart/form-data body")
