@@ -7,7 +7,7 @@ DATA   ?= .factory/demo
 
 .PHONY: run test test-unit lint typecheck check install bench clean
 
-# Default (lenient) editable mode: a finder maps exactly the five packages to this checkout ("compat" is
+# Default (lenient) editable mode: a finder maps exactly the six packages to this checkout ("compat" is
 # deprecated and warned). The filter drops setuptools' "Editable installation." notice, which it raises
 # as a warning only because pip shows nothing else (setuptools.warnings.InformationOnly).
 $(STAMP): pyproject.toml
