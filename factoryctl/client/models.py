@@ -271,6 +271,7 @@ class Secret(Model):
     """A team secret's metadata; ``value`` only when the service generated it (shown once)."""
 
     name: str
+    scope: str | None = None  # webhook | run
     version: int | None = None
     created_at: dt.datetime | None = None
     updated_at: dt.datetime | None = None

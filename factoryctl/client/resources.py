@@ -226,15 +226,19 @@ def list_secrets() -> RequestSpec[list[Secret]]:
     return RequestSpec("GET", f"{V1}/secrets", _secrets)
 
 
-def create_secret(name: str, value: str | None = None) -> RequestSpec[Secret]:
-    """Create a secret; without ``value`` one is generated and returned once in ``Secret.value``."""
-    return RequestSpec("POST", f"{V1}/secrets", parse_model(Secret), json=json_body(name=name, value=value))
+def create_secret(name: str, value: str | None = None, *, scope: str | None = None) -> RequestSpec[Secret]:
+    """Create a secret; without ``value`` one is generated and returned once in ``Secret.value``.
+
+    ``scope``: ``webhook`` (the server's default) or ``run`` (docs/management.md, "Team secrets")."""
+    body = json_body(name=name, value=value, scope=scope)
+    return RequestSpec("POST", f"{V1}/secrets", parse_model(Secret), json=body)
 
 
-def set_secret(name: str, value: str | None = None) -> RequestSpec[Secret]:
-    """Give a secret a new version (generated when ``value`` is None)."""
+def set_secret(name: str, value: str | None = None, *, scope: str | None = None) -> RequestSpec[Secret]:
+    """Give a secret a new version (generated when ``value`` is None), or, with ``scope`` alone, change
+    only its scope."""
     return RequestSpec(
-        "PUT", path(f"{V1}/secrets/{{}}", name), parse_model(Secret), json=json_body(value=value)
+        "PUT", path(f"{V1}/secrets/{{}}", name), parse_model(Secret), json=json_body(value=value, scope=scope)
     )
 
 

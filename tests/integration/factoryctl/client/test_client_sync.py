@@ -220,11 +220,12 @@ def test_secrets(admin: FactoryClient) -> None:
     deploy, api = unique("deploy-token"), unique("api-token")
     generated = admin.secrets.create(deploy)
     assert generated.value and generated.version == 1
-    given = admin.secrets.create(api, "s3cret-value")
-    assert given.value is None
+    given = admin.secrets.create(api, "s3cret-value", scope="run")
+    assert given.value is None and (generated.scope, given.scope) == ("webhook", "run")
     assert admin.secrets.set(api, "s3cret-value-2").version == 2
     listed = {s.name: s for s in admin.secrets.list()}
     assert {deploy, api} <= set(listed) and all(s.value is None for s in listed.values())
+    assert listed[api].scope == "run"
 
     factory = admin.factories.create(unique("shop"))
     admin.webhooks.create(factory.uid, unique("orders"), secret_name=deploy)
