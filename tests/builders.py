@@ -19,18 +19,18 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.runs.records import Creator, NewAttachment, create_run
 from reconciler.apply import routing_rows
 from reconciler.specs import AutomationSpec, TriggerSpec
 from store import apikeys, ids
 from store import secrets as secret_store
-from store.clock import Clock
+from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
-from store.models import Automation, Delivery, Environment, Factory, Run, Team, Webhook
+from store.models import Automation, Base, Delivery, Environment, Factory, Run, Team, Webhook
 from store.teams import DEFAULT_TEAM, ensure_team
 
 OTHER_TEAM = "other-team"
@@ -39,6 +39,7 @@ FOREMAN = "foreman"
 DEFAULT_PROMPT = "Triage the event."
 TEST_CREATOR = Creator("service_account", "key_test", "test")
 _RUN_COLUMNS = frozenset(attr.key for attr in Run.__mapper__.column_attrs)
+_Row = TypeVar("_Row", bound=Base)
 
 # --- teams, keys, secrets -------------------------------------------------------------------------
 
@@ -106,15 +107,58 @@ async def role_keys(
 
 
 async def secret(
-    session: AsyncSession, box: SecretBox, clock: Clock, team_id: str, name: str, value: str | None = None
+    session: AsyncSession,
+    box: SecretBox,
+    clock: Clock,
+    team_id: str,
+    name: str,
+    value: str | None = None,
+    *,
+    scope: str = secret_store.DEFAULT_SCOPE,
 ) -> secret_store.SecretInfo:
-    """A new team secret (version 1); ``value`` None generates one."""
+    """A new team secret (version 1); ``value`` None generates one. ``scope`` as the store's default
+    (``webhook``); runs may only reference ``run`` secrets."""
     return await secret_store.create(
-        session, box, clock, team_id, name, secret_store.generate_value() if value is None else value
+        session,
+        box,
+        clock,
+        team_id,
+        name,
+        secret_store.generate_value() if value is None else value,
+        scope=scope,
     )
 
 
 # --- factories and their definitions --------------------------------------------------------------
+
+
+async def _added(session: AsyncSession, row: _Row) -> _Row:
+    """``row`` added to the session and flushed (so its defaults and keys are set)."""
+    session.add(row)
+    await session.flush()
+    return row
+
+
+def _definition(
+    clock: Clock, team_id: str, prefix: str, uid: str | None = None, **columns: Any
+) -> dict[str, Any]:
+    """The columns of a new team-owned definition row (factory, webhook, automation, environment): a fresh
+    UID of kind ``prefix`` unless ``uid`` is given, no spec digest, created and updated now; then
+    ``columns``."""
+    now = clock.now()
+    return {
+        "uid": uid or ids.new_id(prefix),
+        "team_id": team_id,
+        "spec_digest": None,
+        "created_at": now,
+        "updated_at": now,
+        **columns,
+    }
+
+
+def _definition_path(managed_by: str, given: str | None, default: str) -> str | None:
+    """``given``; for a definitions-managed row without one, the file an apply reads it from."""
+    return default if given is None and managed_by == "definitions" else given
 
 
 async def factory(
@@ -123,34 +167,33 @@ async def factory(
     team_id: str,
     name: str,
     *,
+    uid: str | None = None,
     managed_by: str = "api",
     agents: Mapping[str, Any] | None = None,
     worker_host: str | None = None,
     description: str | None = None,
     source: str | None = None,
+    applied_revision: str | None = None,
+    conditions: Sequence[Mapping[str, Any]] = (),
 ) -> Factory:
-    """A factory as ``POST /factory`` (``managed_by="api"``) or an apply (``"definitions"``) leaves it,
-    before any revision was applied; ``agents`` defaults to a bare ``foreman``."""
-    now = clock.now()
-    row = Factory(
-        uid=ids.new_id(ids.FACTORY),
-        team_id=team_id,
-        name=name,
-        description=description,
-        worker_host=worker_host,
-        managed_by=managed_by,
-        agents=dict(agents) if agents is not None else {FOREMAN: {}},
-        source=source,
-        spec_digest=None,
-        last_applied_revision=None,
-        last_attempted_revision=None,
-        conditions=[],
-        created_at=now,
-        updated_at=now,
+    """A factory as ``POST /factory`` (``managed_by="api"``) or an apply (``"definitions"``) leaves it;
+    ``agents`` defaults to a bare ``foreman``. ``applied_revision`` None: no revision applied yet;
+    otherwise the last one attempted and applied, with ``conditions`` as that apply set them."""
+    return await _added(
+        session,
+        Factory(
+            **_definition(clock, team_id, ids.FACTORY, uid),
+            name=name,
+            description=description,
+            worker_host=worker_host,
+            managed_by=managed_by,
+            agents=dict(agents) if agents is not None else {FOREMAN: {}},
+            source=source,
+            last_applied_revision=applied_revision,
+            last_attempted_revision=applied_revision,
+            conditions=[dict(c) for c in conditions],
+        ),
     )
-    session.add(row)
-    await session.flush()
-    return row
 
 
 async def webhook(
@@ -160,6 +203,7 @@ async def webhook(
     factory_uid: str,
     name: str,
     *,
+    uid: str | None = None,
     auth_mode: str = "token",
     signature_scheme: str | None = None,
     secret_name: str | None = None,
@@ -169,35 +213,29 @@ async def webhook(
     managed_by: str = "api",
     definition_path: str | None = None,
     description: str | None = None,
+    deleted_at: dt.datetime | None = None,
 ) -> Webhook:
-    """A live webhook. ``secret_version`` is the captured version of ``secret_name`` (None: not supplied
-    yet); a ``managed_by="definitions"`` webhook's ``definition_path`` defaults to
-    ``webhooks/<name>.yaml``."""
-    if definition_path is None and managed_by == "definitions":
-        definition_path = f"webhooks/{name}.yaml"
-    now = clock.now()
-    row = Webhook(
-        uid=ids.new_id(ids.WEBHOOK),
-        team_id=team_id,
-        factory_uid=factory_uid,
-        name=name,
-        description=description,
-        auth_mode=auth_mode,
-        signature_scheme=signature_scheme,
-        secret_name=secret_name,
-        secret_version=secret_version,
-        delivery_id_header=delivery_id_header,
-        enabled=enabled,
-        managed_by=managed_by,
-        definition_path=definition_path,
-        spec_digest=None,
-        created_at=now,
-        updated_at=now,
-        deleted_at=None,
+    """A webhook, live unless ``deleted_at`` is given. ``secret_version`` is the captured version of
+    ``secret_name`` (None: not supplied yet); a ``managed_by="definitions"`` webhook's
+    ``definition_path`` defaults to ``webhooks/<name>.yaml``."""
+    return await _added(
+        session,
+        Webhook(
+            **_definition(clock, team_id, ids.WEBHOOK, uid),
+            factory_uid=factory_uid,
+            name=name,
+            description=description,
+            auth_mode=auth_mode,
+            signature_scheme=signature_scheme,
+            secret_name=secret_name,
+            secret_version=secret_version,
+            delivery_id_header=delivery_id_header,
+            enabled=enabled,
+            managed_by=managed_by,
+            definition_path=_definition_path(managed_by, definition_path, f"webhooks/{name}.yaml"),
+            deleted_at=deleted_at,
+        ),
     )
-    session.add(row)
-    await session.flush()
-    return row
 
 
 def webhook_trigger(webhook_uids: Sequence[str], payload_filter: dict[str, Any] | None = None) -> TriggerSpec:
@@ -213,6 +251,7 @@ async def automation(
     name: str,
     triggers: Sequence[TriggerSpec],
     *,
+    uid: str | None = None,
     enabled: bool = True,
     agent: str = FOREMAN,
     prompt: str = DEFAULT_PROMPT,
@@ -234,20 +273,16 @@ async def automation(
         config=dict(config or {}),
         triggers=tuple(triggers),
     )
-    now = clock.now()
-    row = Automation(
-        uid=ids.new_id(ids.AUTOMATION),
-        team_id=team_id,
-        factory_uid=factory_uid,
-        name=name,
-        definition_path=definition_path,
-        spec_digest=None,
-        created_at=now,
-        updated_at=now,
-        **spec.fields(),
+    row = await _added(
+        session,
+        Automation(
+            **_definition(clock, team_id, ids.AUTOMATION, uid),
+            factory_uid=factory_uid,
+            name=name,
+            definition_path=definition_path,
+            **spec.fields(),
+        ),
     )
-    session.add(row)
-    await session.flush()
     session.add_all(routing_rows(row.uid, spec))
     await session.flush()
     return row
@@ -266,24 +301,17 @@ async def environment(
 ) -> Environment:
     """A run environment; a ``definitions`` one's ``definition_path`` defaults to
     ``environments/<name>.yaml``."""
-    if definition_path is None and managed_by == "definitions":
-        definition_path = f"environments/{name}.yaml"
-    now = clock.now()
-    row = Environment(
-        uid=ids.new_id(ids.ENVIRONMENT),
-        team_id=team_id,
-        factory_uid=factory_uid,
-        name=name,
-        spec=dict(spec),
-        managed_by=managed_by,
-        definition_path=definition_path,
-        spec_digest=None,
-        created_at=now,
-        updated_at=now,
+    return await _added(
+        session,
+        Environment(
+            **_definition(clock, team_id, ids.ENVIRONMENT),
+            factory_uid=factory_uid,
+            name=name,
+            spec=dict(spec),
+            managed_by=managed_by,
+            definition_path=_definition_path(managed_by, definition_path, f"environments/{name}.yaml"),
+        ),
     )
-    session.add(row)
-    await session.flush()
-    return row
 
 
 # --- ingress and runs -----------------------------------------------------------------------------
@@ -302,19 +330,19 @@ async def delivery(
     detail: str | None = None,
 ) -> Delivery:
     """A delivery log entry as ingress writes it (``size`` defaults to the payload's length)."""
-    row = Delivery(
-        team_id=team_id,
-        webhook_uid=webhook_uid,
-        delivery_id=delivery_id,
-        status=status,
-        size=len(payload or b"") if size is None else size,
-        received_at=received_at,
-        payload=payload,
-        detail=detail,
+    return await _added(
+        session,
+        Delivery(
+            team_id=team_id,
+            webhook_uid=webhook_uid,
+            delivery_id=delivery_id,
+            status=status,
+            size=len(payload or b"") if size is None else size,
+            received_at=received_at,
+            payload=payload,
+            detail=detail,
+        ),
     )
-    session.add(row)
-    await session.flush()
-    return row
 
 
 async def run(
@@ -358,3 +386,29 @@ async def run(
     if columns:
         await session.flush()
     return row
+
+
+# --- for fixtures ---------------------------------------------------------------------------------
+
+
+@dataclass
+class TeamRows:
+    """One team's rows, for the set-up helpers fixtures hand to tests (subclass it and add the client,
+    keys...): each method writes what one builder writes, in a transaction of its own, at the system
+    clock's time."""
+
+    sessions: async_sessionmaker[AsyncSession]
+    box: SecretBox
+    team_id: str
+
+    async def secret(self, name: str, value: str | None = None, **options: Any) -> secret_store.SecretInfo:
+        """A team secret (``value`` None generates one; ``options`` as :func:`secret` takes them)."""
+        async with self.sessions() as s, s.begin():
+            return await secret(s, self.box, SystemClock(), self.team_id, name, value, **options)
+
+    async def environment(self, name: str, spec: Mapping[str, Any], **options: Any) -> str:
+        """An environment (as the reconciler applies ``environments/<name>.yaml`` unless ``options`` say
+        otherwise); its UID."""
+        async with self.sessions() as s, s.begin():
+            row = await environment(s, SystemClock(), self.team_id, name, spec, **options)
+        return row.uid

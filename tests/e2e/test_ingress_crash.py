@@ -12,23 +12,19 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import aiohttp
+import builders
 import pytest
 from cryptography.fernet import Fernet
-from serve_support import free_port, wait_ready
-from sqlalchemy import select
+from serve_support import committed, serving
 
-from store import ids
-from store import secrets as secret_store
 from store.clock import SystemClock
 from store.crypto import SecretBox
 from store.db import create_engine, migrate, session_factory
-from store.models import Automation, AutomationWebhook, Delivery, Factory, Run, Webhook
-from store.teams import ensure_team
+from store.models import Delivery, Run
 
 pytestmark = pytest.mark.slow
 TOKEN = "crash-test-token-value"
@@ -39,51 +35,27 @@ async def _seed(url: str, key: str) -> tuple[str, list[str]]:
     engine = create_engine(url)
     await migrate(engine)
     clock, box = SystemClock(), SecretBox.from_setting(key)
-    now = clock.now()
     async with session_factory(engine)() as s, s.begin():
-        team = await ensure_team(s)
-        info = await secret_store.create(s, box, clock, team.id, "crash-secret", TOKEN)
-        factory = Factory(
-            uid=ids.new_id(ids.FACTORY), team_id=team.id, name="crash", managed_by="api",
-            agents={"foreman": {}}, conditions=[], created_at=now, updated_at=now,
-        )  # fmt: skip
-        hook = Webhook(
-            uid=ids.new_id(ids.WEBHOOK), team_id=team.id, factory_uid=factory.uid, name="stream",
-            auth_mode="token", secret_name="crash-secret", secret_version=info.version, enabled=True,
-            managed_by="api", created_at=now, updated_at=now,
-        )  # fmt: skip
-        s.add_all([factory, hook])
-        await s.flush()
+        team = await builders.team(s)
+        info = await builders.secret(s, box, clock, team.id, "crash-secret", TOKEN)
+        factory = await builders.factory(s, clock, team.id, "crash")
+        hook = await builders.webhook(
+            s, clock, team.id, factory.uid, "stream", secret_name="crash-secret", secret_version=info.version
+        )
         automation_uids = []
         for name, flt in (("all", None), ("even", {"even": True})):
-            uid = ids.new_id(ids.AUTOMATION)
-            s.add(
-                Automation(
-                    uid=uid, team_id=team.id, factory_uid=factory.uid, name=name, enabled=True,
-                    agent="foreman", config={}, prompt=f"Handle it ({name}).", triggers=[],
-                    created_at=now, updated_at=now,
-                )
-            )  # fmt: skip
-            await s.flush()
-            s.add(
-                AutomationWebhook(
-                    automation_uid=uid, trigger_index=0, webhook_uid=hook.uid, payload_filter=flt
-                )
+            automation = await builders.automation(
+                s,
+                clock,
+                team.id,
+                factory.uid,
+                name,
+                [builders.webhook_trigger([hook.uid], flt)],
+                prompt=f"Handle it ({name}).",
             )
-            automation_uids.append(uid)
+            automation_uids.append(automation.uid)
     await engine.dispose()
     return hook.uid, automation_uids
-
-
-def _start(data_dir: Path, port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "factoryctl.cli", "--data-dir", str(data_dir), "serve", "--workers", "0"]
-    cmd += ["--port", str(port), "--delivery-rate-limit", "1000000"]
-    with log.open("ab") as out:
-        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-async def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    await wait_ready(base, proc, log, seconds=15)
 
 
 async def _post(http: aiohttp.ClientSession, url: str, n: int) -> int | None:
@@ -123,46 +95,34 @@ async def _stream_and_kill(url: str, proc: subprocess.Popen[bytes]) -> dict[int,
     return results
 
 
-async def _entries(url: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    engine = create_engine(url)
-    async with engine.connect() as conn:
-        deliveries = (await conn.execute(select(Delivery.delivery_id, Delivery.status))).all()
-        runs = (await conn.execute(select(Run.delivery_id, Run.automation_id))).all()
-    await engine.dispose()
-    return [tuple(r) for r in deliveries], [tuple(r) for r in runs]  # type: ignore[misc]
+async def _post_all(url: str, numbers: list[int]) -> list[int | None]:
+    async with aiohttp.ClientSession() as http:
+        return await asyncio.gather(*(_post(http, url, n) for n in numbers))
 
 
-async def _scenario(tmp_path: Path) -> None:
+def test_kill_9_loses_no_acknowledged_delivery(tmp_path: Path) -> None:
     key = Fernet.generate_key().decode()
     data_dir = tmp_path / "data"
     url = f"sqlite+aiosqlite:///{data_dir / 'factory.db'}"
     data_dir.mkdir()
-    hook_uid, (all_uid, even_uid) = await _seed(url, key)
-    env = {**os.environ, "FACTORY_SECRET_KEY": key, "FACTORY_DATA_DIR": str(data_dir)}
-    env.pop("FACTORY_DATABASE_URL", None)
-    port, log = free_port(), tmp_path / "serve.log"
-    base = f"http://127.0.0.1:{port}"
-    ingress_url = f"{base}/webhooks/w/{hook_uid}"
+    hook_uid, (all_uid, even_uid) = asyncio.run(_seed(url, key))
+    env, log = {"FACTORY_SECRET_KEY": key}, tmp_path / "serve.log"
+    no_limit = ("--delivery-rate-limit", "1000000")
 
-    proc = _start(data_dir, port, env, log)
-    await _wait_ready(base, proc, log)
-    results = await _stream_and_kill(ingress_url, proc)
+    with serving(data_dir, *no_limit, env=env, log=log) as served:
+        ingress_url = f"{served.url}/webhooks/w/{hook_uid}"
+        results = asyncio.run(_stream_and_kill(ingress_url, served.proc))
     acked = {n for n, status in results.items() if status == 202}
     unacked = set(results) - acked
     assert len(acked) >= 150 and unacked, "the kill must land mid-stream"
     assert {results[n] for n in unacked} == {None}  # only connection failures, never an error status
 
-    proc = _start(data_dir, port, env, log)
-    try:
-        await _wait_ready(base, proc, log)
-        async with aiohttp.ClientSession() as http:  # the sender retries everything not acknowledged
-            retried = await asyncio.gather(*(_post(http, ingress_url, n) for n in sorted(unacked)))
+    with serving(data_dir, *no_limit, env=env, log=log, port=served.port):  # the same URL
+        retried = asyncio.run(_post_all(ingress_url, sorted(unacked)))  # the sender retries the unacked
         assert set(retried) == {202}
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(10)
 
-    deliveries, runs = await _entries(url)
+    deliveries = committed(url, Delivery.delivery_id, Delivery.status)
+    runs = committed(url, Run.delivery_id, Run.automation_id)
     accepted = Counter(d for d, status in deliveries if status == "Accepted")
     assert all(count == 1 for count in accepted.values())
     assert set(accepted) == {f"d-{n}" for n in results}  # every delivery, acked or retried, once
@@ -171,7 +131,3 @@ async def _scenario(tmp_path: Path) -> None:
     for n in results:
         wanted = {all_uid, even_uid} if n % 2 == 0 else {all_uid}
         assert {a for d, a in runs if d == f"d-{n}"} == wanted, f"d-{n}"
-
-
-def test_kill_9_loses_no_acknowledged_delivery(tmp_path: Path) -> None:
-    asyncio.run(_scenario(tmp_path))

@@ -10,12 +10,12 @@ import pty
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import builders
 import pytest
 import yaml
+from serve_support import CLI, clean_env, run_cli
 
 from store import secrets as secret_store
 from store.clock import SystemClock
@@ -27,21 +27,11 @@ KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
 EXAMPLE = Path(__file__).resolve().parents[2] / "example-factory"
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
-    return env | {"FACTORY_SECRET_KEY": KEY, "NO_COLOR": "1"}
+ENV = {"FACTORY_SECRET_KEY": KEY, "NO_COLOR": "1"}
 
 
 def cli(data_dir: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "factoryctl.cli", "--data-dir", str(data_dir), *args],
-        input=stdin,
-        stdin=subprocess.DEVNULL if stdin is None else None,
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=120,
-    )
+    return run_cli("--data-dir", data_dir, *args, env=ENV, stdin=stdin)
 
 
 def write_automation(root: Path, name: str, webhook_uids: list[str]) -> None:
@@ -144,11 +134,11 @@ def test_apply_on_a_terminal_asks_for_yes(tmp_path: Path, tree: Path) -> None:
     def on_tty(answer: bytes) -> tuple[int, str]:
         master, slave = pty.openpty()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "factoryctl.cli", "--data-dir", str(data), "apply", str(tree)],
+            [*CLI, "--data-dir", str(data), "apply", str(tree)],
             stdin=slave,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=_env(),
+            env=clean_env(ENV),
         )
         os.close(slave)
         os.write(master, answer)

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+import builders
 import pytest
-from serve_support import free_port
+from serve_support import free_port, run_cli
 
-from store import secrets as secret_store
 from store.clock import SystemClock
 from store.crypto import SecretBox
 from store.db import create_engine, migrate, session_factory
-from store.models import Factory, Webhook
-from store.teams import ensure_team
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -34,18 +30,15 @@ EXAMPLE_UIDS = {
 def validate(
     *args: str, env: dict[str, str] | None = None, data_dir: Path | None = None, database: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("FACTORY_", "GITHUB_"))}
-    base |= {"NO_COLOR": "1", "FACTORY_SECRET_KEY": KEY} | (env or {})
     prefix = ["--data-dir", str(data_dir)] if data_dir else []
     prefix += ["--database", database] if database else []
-    return subprocess.run(
-        [sys.executable, "-m", "factoryctl.cli", *prefix, "validate", *args],
+    return run_cli(
+        *prefix,
+        "validate",
+        *args,
+        env={"NO_COLOR": "1", "FACTORY_SECRET_KEY": KEY} | (env or {}),
         cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=base,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
+        drop=("FACTORY_", "GITHUB_"),
     )
 
 
@@ -147,38 +140,19 @@ async def _store(url: str, secrets: dict[str, str], webhooks: dict[str, str]) ->
     engine = create_engine(url)
     try:
         await migrate(engine)
-        clock = SystemClock()
-        async with session_factory(engine)() as session:
-            team = await ensure_team(session)
+        clock, box = SystemClock(), SecretBox.from_setting(KEY)
+        async with session_factory(engine)() as session, session.begin():
+            team = await builders.team(session)
             for name, value in secrets.items():
-                await secret_store.create(session, SecretBox.from_setting(KEY), clock, team.id, name, value)
+                await builders.secret(session, box, clock, team.id, name, value)
             if webhooks:
-                now = clock.now()
-                factory = Factory(
-                    uid="fa_example",
-                    team_id=team.id,
-                    name="example",
-                    managed_by="definitions",
-                    created_at=now,
-                    updated_at=now,
+                factory = await builders.factory(
+                    session, clock, team.id, "example", uid="fa_example", managed_by="definitions"
                 )
-                session.add(factory)
-                await session.flush()
                 for name, uid in webhooks.items():
-                    session.add(
-                        Webhook(
-                            uid=uid,
-                            team_id=team.id,
-                            factory_uid="fa_example",
-                            name=name,
-                            auth_mode="token",
-                            managed_by="definitions",
-                            enabled=True,
-                            created_at=now,
-                            updated_at=now,
-                        )
+                    await builders.webhook(
+                        session, clock, team.id, factory.uid, name, uid=uid, managed_by="definitions"
                     )
-            await session.commit()
     finally:
         await engine.dispose()
 

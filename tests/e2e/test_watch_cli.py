@@ -3,29 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from serve_support import wait_for
+from serve_support import run_cli, running, stop, wait_for
 
 pytestmark = pytest.mark.slow
 KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
+ENV = {"FACTORY_SECRET_KEY": KEY}
 NO_CHANGES = {"add": 0, "change": 0, "destroy": 0}
 
 
 def run(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")} | {"FACTORY_SECRET_KEY": KEY}
-    return subprocess.run(
-        [sys.executable, "-m", "factoryctl.cli", "--data-dir", str(data), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_cli("--data-dir", data, *args, env=ENV, timeout=60)
 
 
 def plan(data: Path, root: Path) -> dict:  # type: ignore[type-arg]
@@ -48,27 +39,15 @@ def test_watch_applies_edits(tmp_path: Path) -> None:
     (root / "factory.yaml").write_text("name: watched\n")
     (root / "webhooks" / "a.yaml").write_text("secretName: s\n")
     assert run(data, "secrets", "create", "s", "--generate").returncode == 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")} | {"FACTORY_SECRET_KEY": KEY}
-    log = (tmp_path / "watch.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "factoryctl.cli", "--data-dir", str(data), "watch", str(root)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    try:
-        wait_for(lambda: in_sync(data, root, "a"), timeout=20, what="the start-up apply")
+    log = tmp_path / "watch.log"
+    with running("--data-dir", data, "watch", root, log=log, env=ENV) as proc:
+        watched = {"timeout": 20, "alive": [proc], "logs": [log]}
+        wait_for(lambda: in_sync(data, root, "a"), what="the start-up apply", **watched)
         (root / "webhooks" / "b.yaml").write_text("secretName: s\n")
-        wait_for(lambda: in_sync(data, root, "b"), timeout=20, what="the new webhook applied")
+        wait_for(lambda: in_sync(data, root, "b"), what="the new webhook applied", **watched)
         (root / "webhooks" / "b.yaml").write_text("secretName: [broken\n")
         wait_for(
-            lambda: "b.yaml:2:1: error[FC002]" in (tmp_path / "watch.log").read_text(),
-            timeout=20,
-            what="the broken edit reported",
+            lambda: "b.yaml:2:1: error[FC002]" in log.read_text(), what="the broken edit reported", **watched
         )
         assert proc.poll() is None
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
-    assert proc.returncode == 0
+        assert stop(proc, timeout=10) == 0

@@ -10,60 +10,47 @@ from __future__ import annotations
 import json
 import os
 import pty
-import signal
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import httpx
 import pytest
-from serve_support import free_port
+from serve_support import CLI, Served, clean_env, run_cli, serving, wait_for
 
 from factoryctl.client import FactoryClient
 
 pytestmark = pytest.mark.slow
-T = TypeVar("T")
 TEAM_TOKEN = "e2e-alerts-token-0123456789"
-
-
-def clean_env(data_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
-    env["FACTORY_DATA_DIR"] = str(data_dir)
-    env.pop("NO_COLOR", None)
-    return env
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = probe()
-        if found is not None:
-            return found
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 @dataclass
 class Server:
-    url: str
-    key: str
-    data_dir: Path
+    """The ``serve`` process and the factory directory it follows."""
+
+    served: Served
     repo: Path
 
+    @property
+    def url(self) -> str:
+        return self.served.url
+
+    @property
+    def key(self) -> str:
+        return self.served.key
+
+    def env(self) -> dict[str, str | None]:
+        """What each command runs with: the server's data directory, URL and admin key."""
+        return {
+            "FACTORY_DATA_DIR": str(self.served.data_dir),
+            "FACTORY_API_KEY": self.key,
+            "FACTORY_API_URL": self.url,
+            "NO_COLOR": None,
+        }
+
     def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = clean_env(self.data_dir) | {"FACTORY_API_KEY": self.key, "FACTORY_API_URL": self.url}
-        return subprocess.run(
-            [sys.executable, "-m", "factoryctl.cli", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            input=stdin,
-            timeout=60,
-        )
+        return run_cli(*args, env=self.env(), stdin=stdin, timeout=60)
 
     def ok(self, *args: str, stdin: str | None = None) -> str:
         done = self.cli(*args, stdin=stdin)
@@ -81,54 +68,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     (repo / "webhooks").mkdir()
     (repo / "factory.yaml").write_text("name: e2e-defs\n")
     (repo / "webhooks" / "alerts.yaml").write_text("authMode: token\nsecretName: alerts-token\n")
-    made = subprocess.run(
-        [sys.executable, "-m", "factoryctl.cli", "secrets", "create", "alerts-token", "--from-stdin"],
-        input=TEAM_TOKEN + "\n",
-        capture_output=True,
-        text=True,
-        env=clean_env(data_dir),
-        timeout=60,
+    made = run_cli(
+        "--data-dir", data_dir, "secrets", "create", "alerts-token", "--from-stdin", stdin=TEAM_TOKEN + "\n"
     )
     assert made.returncode == 0, made.stderr
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "factoryctl.cli",
-            "serve",
-            "--repo",
-            str(repo),
-            "--port",
-            str(port),
-            "--workers",
-            "0",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=clean_env(data_dir),
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool | None:
-        if proc.poll() is not None:
-            pytest.fail(f"factoryctl serve exited: {proc.stderr.read().decode() if proc.stderr else ''}")
-        try:
-            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200 or None
-        except httpx.HTTPError:
-            return None
-
-    try:
-        wait_for("factoryctl serve", healthy)
-        yield Server(url, (data_dir / "admin.key").read_text().strip(), data_dir, repo)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with serving(data_dir, "--repo", repo) as served:
+        yield Server(served, repo)
 
 
 def post(url: str, payload: object, secret: str, delivery_id: str) -> int:
@@ -238,7 +183,7 @@ def test_automation_test_filter(server: Server) -> None:
             detail = client.factories.get(page.items[0].uid)
             return (detail.uid, detail.webhooks[0].uid) if detail.webhooks else None
 
-        factory, hook = wait_for("the definitions to apply", applied)
+        factory, hook = wait_for(applied, 30, "the definitions to apply")
         automation_dir = server.repo / "automations" / "triage"
         automation_dir.mkdir(parents=True)
         (automation_dir / "automation.md").write_text(
@@ -247,8 +192,9 @@ def test_automation_test_filter(server: Server) -> None:
             "---\nTriage the alert.\n"
         )
         automation = wait_for(
-            "the automation to apply",
             lambda: next((a.uid for a in client.factories.get(factory).automations), None),
+            30,
+            "the automation to apply",
         )
     ingress = f"{server.url}/webhooks/w/{hook}"
     assert post(ingress, {"severity": "high"}, TEAM_TOKEN, "alert-1") == 202
@@ -280,9 +226,9 @@ def test_tables_use_rich_on_a_terminal(server: Server) -> None:
         factory = client.factories.create("e2e-tty").uid
         client.webhooks.create(factory, "tty-hook")
     primary, replica = pty.openpty()
-    env = clean_env(server.data_dir) | {"FACTORY_API_KEY": server.key, "COLUMNS": "200", "TERM": "xterm"}
+    env = clean_env(server.env() | {"COLUMNS": "200", "TERM": "xterm"})
     proc = subprocess.run(
-        [sys.executable, "-m", "factoryctl.cli", "webhooks", "list", factory, "--server", server.url],
+        [*CLI, "webhooks", "list", factory, "--server", server.url],
         stdout=replica,
         stderr=subprocess.PIPE,
         env=env,

@@ -45,11 +45,11 @@ def commit(path: Path, files: dict[str, str]) -> None:
 
 
 @dataclass
-class Ctx:
+class Ctx(builders.TeamRows):
+    """The app's client, keys, and where the harness dumps what it received; rows as in
+    :class:`builders.TeamRows`."""
+
     client: TestClient[Any, Any]
-    sessions: async_sessionmaker[AsyncSession]
-    box: SecretBox
-    team_id: str
     member: dict[str, str]
     admin: dict[str, str]
     dumps: Path
@@ -77,16 +77,6 @@ class Ctx:
                 return run
             assert asyncio.get_running_loop().time() < deadline, f"run is still {run['state']}"
             await asyncio.sleep(0.05)
-
-    async def secret(self, name: str, value: str) -> None:
-        async with self.sessions() as s, s.begin():
-            await builders.secret(s, self.box, SystemClock(), self.team_id, name, value)
-
-    async def environment(self, name: str, spec: dict[str, Any]) -> str:
-        """An environment as the reconciler applies ``environments/<name>.yaml``."""
-        async with self.sessions() as s, s.begin():
-            row = await builders.environment(s, SystemClock(), self.team_id, name, spec)
-        return row.uid
 
 
 @pytest.fixture

@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import builders
 import pytest
+
+from store.clock import SystemClock
 
 if TYPE_CHECKING:
     from conftest import Ctx
@@ -181,26 +184,11 @@ async def test_environment_deleted_after_creation_fails_the_run(ctx: Ctx) -> Non
 
 
 async def test_factory_dispatch_uses_the_foreman_defaults(ctx: Ctx) -> None:
-    from store.models import Factory
-
+    foreman = {"skill_spec": "acme/skills:triage", "model_id": "m-foreman"}
     async with ctx.sessions() as s, s.begin():
-        import datetime as dt
-
-        now = dt.datetime.now(dt.UTC)
-        s.add(
-            Factory(
-                uid="fa_test1",
-                team_id=ctx.team_id,
-                name="shop",
-                managed_by="api",
-                agents={"foreman": {"skill_spec": "acme/skills:triage", "model_id": "m-foreman"}},
-                conditions=[],
-                created_at=now,
-                updated_at=now,
-            )
-        )
+        factory = await builders.factory(s, SystemClock(), ctx.team_id, "shop", agents={"foreman": foreman})
     resp = await ctx.client.post(
-        "/api/v1/factory/fa_test1/runs", json={"prompt": "ship it"}, headers=ctx.member
+        f"/api/v1/factory/{factory.uid}/runs", json={"prompt": "ship it"}, headers=ctx.member
     )
     assert resp.status == 200, await resp.text()
     run_id = (await resp.json())["run_id"]

@@ -5,16 +5,14 @@ that cannot be resolved at claim time ends the run FAILED ``skill_unavailable`` 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 from typing import TYPE_CHECKING, Any
 
+import builders
 from sqlalchemy import select
 
-from store import ids
-from store import secrets as secret_store
 from store.clock import SystemClock
-from store.models import Automation, AutomationWebhook, Factory, Run, Webhook
+from store.models import Automation, Run
 
 if TYPE_CHECKING:
     from conftest import Ctx
@@ -24,80 +22,30 @@ HOOK_SECRET = "hook-token-0123456789"
 
 async def webhook_with_automations(ctx: Ctx, configs: dict[str, dict[str, Any]]) -> str:
     """A factory, a token-auth webhook and one automation per ``configs`` entry; the webhook's path."""
-    now = dt.datetime.now(dt.UTC)
-    factory_uid, hook_uid = ids.new_id(ids.FACTORY), ids.new_id(ids.WEBHOOK)
+    clock = SystemClock()
     async with ctx.sessions() as s, s.begin():
-        info = await secret_store.create(s, ctx.box, SystemClock(), ctx.team_id, "hook-secret", HOOK_SECRET)
-        s.add(
-            Factory(
-                uid=factory_uid,
-                team_id=ctx.team_id,
-                name="acme",
-                description=None,
-                worker_host=None,
-                managed_by="api",
-                agents={"foreman": {}},
-                source=None,
-                spec_digest=None,
-                last_applied_revision=None,
-                last_attempted_revision=None,
-                conditions=[],
-                created_at=now,
-                updated_at=now,
-            )
+        info = await builders.secret(s, ctx.box, clock, ctx.team_id, "hook-secret", HOOK_SECRET)
+        factory = await builders.factory(s, clock, ctx.team_id, "acme")
+        hook = await builders.webhook(
+            s,
+            clock,
+            ctx.team_id,
+            factory.uid,
+            "issues",
+            secret_name="hook-secret",
+            secret_version=info.version,
         )
-        await s.flush()
-        s.add(
-            Webhook(
-                uid=hook_uid,
-                team_id=ctx.team_id,
-                factory_uid=factory_uid,
-                name="issues",
-                description=None,
-                auth_mode="token",
-                signature_scheme=None,
-                secret_name="hook-secret",
-                secret_version=info.version,
-                delivery_id_header=None,
-                enabled=True,
-                managed_by="api",
-                definition_path=None,
-                spec_digest=None,
-                created_at=now,
-                updated_at=now,
-                deleted_at=None,
-            )
-        )
-        await s.flush()
         for name, config in configs.items():
-            uid = ids.new_id(ids.AUTOMATION)
-            s.add(
-                Automation(
-                    uid=uid,
-                    team_id=ctx.team_id,
-                    factory_uid=factory_uid,
-                    name=name,
-                    enabled=True,
-                    agent="foreman",
-                    title=None,
-                    config=config,
-                    prompt="Triage the event.",
-                    triggers=[
-                        {"provider": "webhook", "event": "received", "filter": {"webhook_ids": [hook_uid]}}
-                    ],
-                    definition_path=None,
-                    spec_digest=None,
-                    created_at=now,
-                    updated_at=now,
-                )
+            await builders.automation(
+                s,
+                clock,
+                ctx.team_id,
+                factory.uid,
+                name,
+                [builders.webhook_trigger([hook.uid])],
+                config=config,
             )
-            await s.flush()
-            s.add(
-                AutomationWebhook(
-                    automation_uid=uid, trigger_index=0, webhook_uid=hook_uid, payload_filter=None
-                )
-            )
-    return f"/webhooks/w/{hook_uid}"
+    return f"/webhooks/w/{hook.uid}"
 
 
 async def deliver(ctx: Ctx, path: str, body: dict[str, Any]) -> dict[str, str]:

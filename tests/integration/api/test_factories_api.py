@@ -5,11 +5,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import builders
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from store import ids
-from store.models import ApplyRecord, Automation, Factory, Webhook
-from store.teams import ensure_team
+from store.clock import ManualClock
+from store.models import ApplyRecord
 
 FACTORY = "/api/v1/factory"
 NOW = dt.datetime(2026, 2, 1, 12, 0, tzinfo=dt.UTC)
@@ -36,66 +36,54 @@ async def make_factory(client: Any, key: str, **body: Any) -> dict[str, Any]:
 
 async def definitions_factory(sessions: async_sessionmaker[AsyncSession]) -> str:
     """A definitions-managed factory with webhooks (one deleted), an automation and two applies."""
+    clock = ManualClock(NOW)
     async with sessions() as s, s.begin():
-        team = await ensure_team(s)
-        uid = ids.new_id(ids.FACTORY)
-        s.add(
-            Factory(
-                uid=uid,
-                team_id=team.id,
-                name="ops",
-                description="Ops factory",
-                worker_host="host-a",
-                managed_by="definitions",
-                agents={"foreman": {"model_id": "m-fore", "name": "foreman"}},
-                last_applied_revision="abc123",
-                last_attempted_revision="abc123",
-                conditions=[{"type": "Ready", "status": "True", "reason": "Applied", "message": "ok"}],
-                created_at=NOW,
-                updated_at=NOW,
-            )
+        team = await builders.team(s)
+        factory = await builders.factory(
+            s,
+            clock,
+            team.id,
+            "ops",
+            managed_by="definitions",
+            description="Ops factory",
+            worker_host="host-a",
+            agents={"foreman": {"model_id": "m-fore", "name": "foreman"}},
+            applied_revision="abc123",
+            conditions=[{"type": "Ready", "status": "True", "reason": "Applied", "message": "ok"}],
         )
-        await s.flush()
         for name, mode, deleted in (
             ("alerts", "token", None),
             ("deploys", "url_token", None),
             ("old", "token", NOW),
         ):
-            s.add(
-                Webhook(
-                    uid=f"wh_{name}",
-                    team_id=team.id,
-                    factory_uid=uid,
-                    name=name,
-                    auth_mode=mode,
-                    secret_name=f"{name}-secret",
-                    enabled=True,
-                    managed_by="definitions",
-                    created_at=NOW,
-                    updated_at=NOW,
-                    deleted_at=deleted,
-                )
+            await builders.webhook(
+                s,
+                clock,
+                team.id,
+                factory.uid,
+                name,
+                uid=f"wh_{name}",
+                auth_mode=mode,
+                secret_name=f"{name}-secret",
+                managed_by="definitions",
+                deleted_at=deleted,
             )
-        s.add(
-            Automation(
-                uid="au_triage",
-                team_id=team.id,
-                factory_uid=uid,
-                name="triage",
-                prompt="Triage it.",
-                triggers=[
-                    {"provider": "webhook", "event": "received", "filter": {"webhook_ids": ["wh_alerts"]}}
-                ],
-                definition_path="automations/triage/automation.md",
-                created_at=NOW,
-                updated_at=NOW,
-            )
+        await builders.automation(
+            s,
+            clock,
+            team.id,
+            factory.uid,
+            "triage",
+            [builders.webhook_trigger(["wh_alerts"])],
+            uid="au_triage",
+            prompt="Triage it.",
+            definition_path="automations/triage/automation.md",
         )
         for revision, started in (("old000", NOW - dt.timedelta(hours=1)), ("abc123", NOW)):
             s.add(
                 ApplyRecord(
                     team_id=team.id,
-                    factory_uid=uid,
+                    factory_uid=factory.uid,
                     factory_name="ops",
                     revision=revision,
                     outcome="succeeded",
@@ -105,7 +93,7 @@ async def definitions_factory(sessions: async_sessionmaker[AsyncSession]) -> str
                     errors=[],
                 )
             )
-    return uid
+    return factory.uid
 
 
 async def test_create_factory_is_api_managed_and_names_are_unique(

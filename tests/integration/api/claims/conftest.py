@@ -1,4 +1,5 @@
-"""Fixtures for worker tests: runs inserted through the store, keys per role, the real app.
+"""Fixtures for worker tests: runs inserted through the store, the real app. Keys per role come from
+the parent conftest (``make_key``, ``worker_key``...).
 
 ``new_run(worker_host="", prompt=..., team="default", clock=None, agent_config=None,
 attachments=())`` queues a run with :func:`builders.run` (:func:`api.runs.records.create_run`) and
@@ -13,56 +14,27 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import builders
 import pytest
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import Lifecycle, create_app
 from api.context import ServerSettings
-from api.runs.records import NewAttachment
-from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
 from store.models import Run
 
 ROUTES = ("api.ops", "api.runs.routes", "api.claims.routes")
 NewRun = Callable[..., Awaitable[str]]
-MakeKey = Callable[..., Awaitable[str]]
+MakeKey = Callable[..., Awaitable[str]]  # the parent conftest's ``make_key``
 
 
 @pytest.fixture
-def new_run(sessions: async_sessionmaker[AsyncSession]) -> NewRun:
-    async def make(
-        *,
-        worker_host: str | None = "",
-        prompt: str = "do the thing",
-        team: str = "default",
-        clock: Clock | None = None,
-        agent_config: dict[str, Any] | None = None,
-        attachments: Sequence[NewAttachment] = (),
-    ) -> str:
-        async with sessions() as s, s.begin():
-            row = await builders.team(s, team)
-            run = await builders.run(
-                s,
-                clock or SystemClock(),
-                row.id,
-                prompt=prompt,
-                agent_config=agent_config,
-                attachments=attachments,
-                worker_host=worker_host,
-            )
-            return run.run_id
+def new_run(seed_run: Callable[..., Awaitable[str]]) -> NewRun:
+    """The parent conftest's ``seed_run`` with the worker tests' defaults: a service-hosted run (no
+    worker host) with prompt ``"do the thing"``."""
 
-    return make
-
-
-@pytest.fixture
-def make_key(sessions: async_sessionmaker[AsyncSession]) -> MakeKey:
-    async def make(role: str, *, team: str = "default", worker_hosts: list[str] | None = None) -> str:
-        async with sessions() as s, s.begin():
-            row = await builders.team(s, team)
-            return await builders.api_key(s, SystemClock(), row.id, role, worker_hosts=worker_hosts)
+    async def make(*, worker_host: str | None = "", prompt: str = "do the thing", **options: Any) -> str:
+        return await seed_run(worker_host=worker_host, prompt=prompt, **options)
 
     return make
 

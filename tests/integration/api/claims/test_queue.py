@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
+import builders
 import pytest
 from sqlalchemy import func, select
 
@@ -13,7 +14,6 @@ from api.runs import records as runs
 from api.runs.states import IllegalTransition
 from store.clock import ManualClock
 from store.models import Run
-from store.teams import ensure_team
 
 LEASE = 30.0
 
@@ -70,7 +70,7 @@ async def test_claims_oldest_first_and_only_for_the_team(sessions, new_run) -> N
     clock.advance(1)
     second = await new_run(clock=clock)
     async with sessions() as s, s.begin():
-        team_id = (await ensure_team(s)).id
+        team_id = (await builders.team(s)).id
 
     assert await claim(sessions, clock, [""], team_id=team_id) == first
     assert await claim(sessions, clock, [""], team_id=team_id) == second
@@ -82,20 +82,9 @@ async def test_four_concurrent_claimers_claim_each_run_exactly_once(sessions, ne
     clock = ManualClock()
     total = 200
     async with sessions() as s, s.begin():
-        team = await ensure_team(s)
+        team = await builders.team(s)
         for _ in range(total):
-            await runs.create_run(
-                s,
-                clock,
-                team_id=team.id,
-                prompt="p",
-                title=None,
-                agent_config={},
-                source="API",
-                creator=runs.Creator("service_account", "k", None),
-                metadata={},
-                attachments=[],
-            )
+            await builders.run(s, clock, team.id, prompt="p")
 
     async def claimer(owner: str) -> list[str]:
         got: list[str] = []
@@ -193,7 +182,7 @@ async def test_heartbeat_answers_cancel_and_hands_followups_over_once(sessions, 
     assert (hb.cancel_requested, hb.followups) == (False, [])
 
     async with sessions() as s, s.begin():
-        team = await ensure_team(s)
+        team = await builders.team(s)
         await runs.add_followup(s, clock, team.id, run_id, "also update the docs", None)
         await runs.cancel_run(s, clock, team.id, run_id)
     hb = await beat(sessions, clock, run_id)
@@ -243,7 +232,7 @@ async def test_claimed_run_cancelled_before_it_starts_never_runs(sessions, new_r
     run_id = await new_run(clock=clock)
     await claim(sessions, clock, [""])
     async with sessions() as s, s.begin():
-        team = await ensure_team(s)
+        team = await builders.team(s)
         await runs.cancel_run(s, clock, team.id, run_id)
     hb = await beat(sessions, clock, run_id, start=True)
     assert (hb.state, hb.cancel_requested) == ("CANCELLED", True)
@@ -261,7 +250,7 @@ async def test_lapsed_lease_with_a_pending_cancel_ends_cancelled(sessions, new_r
     await claim(sessions, clock, [""])
     await beat(sessions, clock, running, start=True)
     async with sessions() as s, s.begin():
-        team = await ensure_team(s)
+        team = await builders.team(s)
         for run_id in (claimed, running):
             await runs.cancel_run(s, clock, team.id, run_id)
     clock.advance(LEASE + 1)
@@ -295,6 +284,6 @@ async def test_logs_only_from_the_lease_holder(sessions, new_run) -> None:
         async with sessions() as s, s.begin():
             await queue.append_logs(s, clock, run_id, [("stdout", "x")], owner="intruder")
     async with sessions() as s:
-        team = await ensure_team(s)
+        team = await builders.team(s)
         lines, more = await runs.list_logs(s, team.id, run_id, after=0, limit=10)
     assert [(x.stream, x.text) for x in lines] == [("stdout", "a"), ("stderr", "b")] and not more

@@ -9,22 +9,20 @@ when claimed over HTTP too.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import builders
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.runs.claim_signal import wake_claimers
-from store import ids
 from store import secrets as secret_store
 from store.clock import SystemClock
 from store.crypto import SecretBox
-from store.models import Environment, Run
-from store.teams import ensure_team
+from store.models import Run
 
 if TYPE_CHECKING:
     from conftest import MakeKey, NewRun
@@ -41,31 +39,17 @@ async def add_secrets(
     sessions: async_sessionmaker[AsyncSession], box: SecretBox, values: dict[str, str], team: str = "default"
 ) -> None:
     async with sessions() as s, s.begin():
-        row = await ensure_team(s, team)
+        row = await builders.team(s, team)
         for name, value in values.items():
-            await secret_store.create(s, box, SystemClock(), row.id, name, value)
+            await builders.secret(s, box, SystemClock(), row.id, name, value)
 
 
 async def add_environment(
     sessions: async_sessionmaker[AsyncSession], name: str, spec: dict[str, Any], team: str = "default"
 ) -> None:
-    now = dt.datetime.now(dt.UTC)
     async with sessions() as s, s.begin():
-        row = await ensure_team(s, team)
-        s.add(
-            Environment(
-                uid=ids.new_id(ids.ENVIRONMENT),
-                team_id=row.id,
-                factory_uid=None,
-                name=name,
-                spec=spec,
-                managed_by="api",
-                definition_path=None,
-                spec_digest=None,
-                created_at=now,
-                updated_at=now,
-            )
-        )
+        row = await builders.team(s, team)
+        await builders.environment(s, SystemClock(), row.id, name, spec, managed_by="api")
 
 
 async def claim(client: Any, key: str, worker_id: str = "wk-1") -> dict[str, Any] | None:
@@ -140,7 +124,7 @@ async def test_secrets_endpoint_answers_the_lease_holder_only_the_runs_own_secre
 
     # a secret deleted since creation is left out; a finished run answers 409
     async with sessions() as s, s.begin():
-        team = await ensure_team(s, "default")
+        team = await builders.team(s)
         await secret_store.delete_secret(s, team.id, "db-password")
     status, body = await secrets(client, key, mine, {"worker_id": "wk-1"})
     assert (status, body) == (200, {"secrets": {"GH_TOKEN": "ghp_value_1234"}})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import builders
 import pytest
 
 from api.ingress.signatures import generate_standard_webhooks_secret, sign
@@ -141,7 +142,7 @@ async def test_a_secret_deleted_and_recreated_under_its_name_uses_the_new_value(
         await secret_store.delete_secret(s, ingress.team_id, f"{hook.name}-secret")
     assert (await ingress.post(hook, {"n": 2})).status == 401  # no secret: nothing authenticates
     async with ingress.sessions() as s, s.begin():
-        info = await secret_store.create(
+        info = await builders.secret(
             s, ingress.box, ingress.clock, ingress.team_id, f"{hook.name}-secret", "v2"
         )
     assert info.version == 1  # the same (name, version) as before, with another value

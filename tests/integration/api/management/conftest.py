@@ -1,5 +1,5 @@
-"""Fixtures for management API tests: the real app (every route module, ingress included) on a real
-database, keys per role, and an ``mgmt`` helper that drives the API the way a dashboard would. Test
+"""Fixtures for management API tests: the parent conftest's app (every route module, ingress included) on
+a real database, keys per role, and an ``mgmt`` helper that drives the API the way a dashboard would. Test
 modules import :class:`Mgmt` only for type checking (``conftest`` is not a unique module name).
 
 Definitions-managed factories and automations are written with :mod:`builders`, as an apply leaves
@@ -9,27 +9,15 @@ them: the management API only reads them, and these tests must not depend on run
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import builders
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.app import ROUTE_MODULES, create_app
-from api.context import ServerSettings
 from store.clock import SystemClock
 from store.crypto import SecretBox
-
-PUBLIC_URL = "http://factory.test"
-
-
-@pytest.fixture
-def api_app(tmp_path: Path, engine: AsyncEngine, box: SecretBox) -> web.Application:
-    settings = ServerSettings(data_dir=tmp_path, public_url=PUBLIC_URL)
-    return create_app(settings, engine, box, route_modules=ROUTE_MODULES)
 
 
 def auth(key: str) -> dict[str, str]:
@@ -37,13 +25,11 @@ def auth(key: str) -> dict[str, str]:
 
 
 @dataclass
-class Mgmt:
-    """A dashboard's view of the API: a client, keys of each role, and shortcuts for common set-up."""
+class Mgmt(builders.TeamRows):
+    """A dashboard's view of the API: a client, keys of each role, and shortcuts for common set-up (rows
+    as in :class:`builders.TeamRows`)."""
 
     client: TestClient[Any, Any]
-    sessions: async_sessionmaker[AsyncSession]
-    box: SecretBox
-    team_id: str
     admin: dict[str, str]
     member: dict[str, str]
     worker: dict[str, str]
@@ -73,10 +59,6 @@ class Mgmt:
         if resp.status == 204:
             return 204, None
         return resp.status, await resp.json(content_type=None)
-
-    async def secret(self, name: str, value: str) -> None:
-        async with self.sessions() as s, s.begin():
-            await builders.secret(s, self.box, SystemClock(), self.team_id, name, value)
 
     async def definitions_factory(
         self, name: str = "repo-shop", webhooks: tuple[str, ...] = ("github",)
@@ -124,9 +106,9 @@ class Mgmt:
 
 @pytest.fixture
 async def mgmt(
-    aiohttp_client: Any, api_app: web.Application, sessions: async_sessionmaker[AsyncSession], box: SecretBox
+    client: TestClient[Any, Any], sessions: async_sessionmaker[AsyncSession], box: SecretBox
 ) -> Mgmt:
-    client: TestClient[Any, Any] = await aiohttp_client(api_app)
+    """Over the parent conftest's ``client`` (the app with every route module)."""
     async with sessions() as s, s.begin():
         keys = await builders.role_keys(s, SystemClock())
     return Mgmt(

@@ -6,7 +6,7 @@ import datetime as dt
 import json
 from typing import TYPE_CHECKING, Any
 
-from store.models import Delivery
+import builders
 
 if TYPE_CHECKING:
     from conftest import Mgmt
@@ -19,18 +19,17 @@ async def log(mgmt: Mgmt, webhook_uid: str, entries: list[tuple[str, str, object
     now = dt.datetime.now(dt.UTC)
     async with mgmt.sessions() as s, s.begin():
         for i, (delivery_id, status, payload) in enumerate(entries):
-            raw = json.dumps(payload).encode() if status == "Accepted" else None
-            s.add(
-                Delivery(
-                    team_id=mgmt.team_id,
-                    webhook_uid=webhook_uid,
-                    delivery_id=delivery_id,
-                    status=status,
-                    size=len(raw or b"x" * 10),
-                    received_at=now + dt.timedelta(milliseconds=i),
-                    payload=raw,
-                    detail=None if status == "Accepted" else "credential does not match",
-                )
+            accepted = status == "Accepted"
+            await builders.delivery(
+                s,
+                mgmt.team_id,
+                webhook_uid,
+                delivery_id,
+                received_at=now + dt.timedelta(milliseconds=i),
+                status=status,
+                payload=json.dumps(payload).encode() if accepted else None,
+                size=None if accepted else 10,  # a rejected body is not kept, only its size
+                detail=None if accepted else "credential does not match",
             )
 
 

@@ -28,11 +28,6 @@ SLEEPER = 'echo $$ > "$PIDS/$FACTORY_RUN_ID.pid"; cat; exec sleep {model}'
 
 
 @pytest.fixture
-def store(engine: AsyncEngine) -> Store:
-    return Store(engine)
-
-
-@pytest.fixture
 async def servers(engine: AsyncEngine, box: SecretBox, tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     """``await servers(**settings)`` starts the real app; every server is stopped afterwards."""
     started: list[LocalServer] = []

@@ -23,11 +23,6 @@ WID = "wk-1"
 
 
 @pytest.fixture
-def store(engine: AsyncEngine) -> Store:
-    return Store(engine)
-
-
-@pytest.fixture
 async def proxy(engine: AsyncEngine, box: SecretBox, tmp_path: Path) -> AsyncIterator[LossyProxy]:
     server = await LocalServer(engine, box, tmp_path / "data", claim_wait_max_seconds=1).start()
     lossy = await LossyProxy(server.url).start()

@@ -129,6 +129,14 @@ class Store:
         return await reap_once(self.sessions, SystemClock())
 
 
+async def listen(app: web.Application, port: int) -> web.AppRunner:
+    """``app`` served on ``127.0.0.1:port``; ``cleanup()`` the runner to stop it."""
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
 class LocalServer:
     """The real app on a fixed port; ``stop()`` then ``start()`` is a restart (same port, same store)."""
 
@@ -140,10 +148,9 @@ class LocalServer:
 
     async def start(self) -> LocalServer:
         settings = ServerSettings(data_dir=self.data_dir, port=self.port, **self.settings)
-        app = create_app(settings, self.engine, self.box, route_modules=ROUTES)
-        self.runner = web.AppRunner(app, shutdown_timeout=1.0)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+        self.runner = await listen(
+            create_app(settings, self.engine, self.box, route_modules=ROUTES), self.port
+        )
         return self
 
     async def stop(self) -> None:
@@ -185,9 +192,7 @@ class LossyProxy:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self.http = aiohttp.ClientSession()
-        self.runner = web.AppRunner(app, shutdown_timeout=1.0)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+        self.runner = await listen(app, self.port)
         return self
 
     async def stop(self) -> None:
