@@ -16,6 +16,7 @@ from aiohttp import web
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+import safegit
 import schemas
 from api.auth import require
 from api.context import CLOCK, sessions
@@ -25,8 +26,9 @@ from api.http.pagination import single_page_info
 from api.http.paths import API_V1
 from api.runs.prepare import find_environment
 from store import ids
+from store import secrets as secret_store
 from store.clock import rfc3339
-from store.models import Environment, Secret
+from store.models import Environment
 
 MAX_BODY = 1_048_576
 SPEC_KEYS = ("repos", "setup", "env", "secrets", "setupTimeoutSeconds")
@@ -66,16 +68,38 @@ async def _spec_from(request: web.Request, body: dict[str, Any], team_id: str) -
         if k not in (*SPEC_KEYS, "name")
     ]
     errors += spec_errors(spec)
+    if not errors:
+        errors += _repository_errors(spec)
     names = spec.get("secrets")
     if not errors and names:
         async with sessions(request)() as session:
-            stmt = select(Secret.name).where(Secret.team_id == team_id, Secret.name.in_(names))
-            existing = set((await session.execute(stmt)).scalars())
+            scopes = await secret_store.scopes(session, team_id, names)
         errors += [
-            field_error("secrets", f"team secret {n!r} does not exist") for n in names if n not in existing
+            field_error("secrets", problem)
+            for n in names
+            if (problem := secret_store.run_problem(n, scopes.get(n))) is not None
         ]
     fail_on(errors)
     return spec
+
+
+def _repository_errors(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rules definitions get as FC011 (docs/definitions.md): what git may be given as URL or ref."""
+    errors = []
+    for index, repo in enumerate(spec.get("repos") or []):
+        if not isinstance(repo, dict):
+            continue
+        for key, check in (
+            ("url", lambda v: safegit.check_location(v, safegit.ENVIRONMENT_REPOS)),
+            ("ref", safegit.check_ref),
+        ):
+            value = repo.get(key)
+            if isinstance(value, str):
+                try:
+                    check(value)
+                except safegit.UnsafeLocation as exc:
+                    errors.append(field_error(f"repos.{index}.{key}", str(exc)))
+    return errors
 
 
 async def _load(request: web.Request, team_id: str) -> Environment:

@@ -21,8 +21,8 @@ def fields(problem: dict[str, Any]) -> set[str]:
 
 
 async def test_done_when_the_harness_receives_exactly_the_documented_workspace(ctx: Ctx) -> None:
-    await ctx.secret("GH_TOKEN", "ghp_supersecret123")
-    await ctx.secret("db-password", "pw_hunter2_long")
+    await ctx.secret("GH_TOKEN", "ghp_supersecret123", scope="run")
+    await ctx.secret("db-password", "pw_hunter2_long", scope="run")
     await ctx.environment(
         "backend",
         {
@@ -147,7 +147,7 @@ async def test_environment_secret_that_does_not_exist_is_refused(ctx: Ctx) -> No
 
 
 async def test_failing_setup_fails_the_run_with_the_output_tail(ctx: Ctx) -> None:
-    await ctx.secret("TOKEN", "tok_value_12345")
+    await ctx.secret("TOKEN", "tok_value_12345", scope="run")
     await ctx.environment(
         "broken", {"setup": ['echo "using $TOKEN"; echo boom >&2; exit 3'], "secrets": ["TOKEN"]}
     )

@@ -11,7 +11,7 @@ PATH = "/api/v1/environments"
 
 
 async def test_create_get_replace_delete(ctx: Ctx) -> None:
-    await ctx.secret("TOKEN", "v_123456")
+    await ctx.secret("TOKEN", "v_123456", scope="run")
     body = {"name": "web", "setup": ["make"], "env": {"A": "1"}, "secrets": ["TOKEN"]}
     resp = await ctx.client.post(PATH, json=body, headers=ctx.admin)
     assert resp.status == 201, await resp.text()
@@ -46,3 +46,20 @@ async def test_bad_bodies_roles_and_definitions_managed_environments(ctx: Ctx) -
     assert (await ctx.client.delete(f"{PATH}/from-git", headers=ctx.admin)).status == 409
     got = await (await ctx.client.get(f"{PATH}/from-git", headers=ctx.member)).json()
     assert got["managed_by"] == "definitions" and got["definition_path"] == "environments/from-git.yaml"
+
+
+async def test_environments_get_the_rules_definitions_get(ctx: Ctx) -> None:
+    """A repository URL git must not be given (FC011 in a definition) and a secret runs may not read
+    (FC044) are refused when the environment is created, not when a worker clones it."""
+    await ctx.secret("HOOK", "whsec_not_for_runs")  # webhook-scoped: the default
+    for repo, field in (
+        ({"url": "ext::sh -c touch% /tmp/pwned", "path": "x"}, "repos.0.url"),
+        ({"url": "--upload-pack=touch /tmp/pwned", "path": "x"}, "repos.0.url"),
+        ({"url": "https://git.example/a.git", "path": "x", "ref": "--output=/tmp/x"}, "repos.0.ref"),
+    ):
+        resp = await ctx.client.post(PATH, json={"name": "x", "repos": [repo]}, headers=ctx.admin)
+        assert resp.status == 422, await resp.text()
+        assert [e["field"] for e in (await resp.json())["errors"]] == [field]
+    resp = await ctx.client.post(PATH, json={"name": "x", "secrets": ["HOOK"]}, headers=ctx.admin)
+    assert resp.status == 422
+    assert "may not be used by runs (scope: webhook)" in (await resp.json())["detail"]

@@ -53,13 +53,24 @@ def test_lone_surrogates_can_be_allowed_for_payloads_kept_as_bytes() -> None:
     assert loads_limited(b'"\\ud83d"', lone_surrogates=True) == "\ud83d"
 
 
+def test_a_nul_in_a_string_or_key_is_refused_unless_kept_as_bytes() -> None:
+    for raw in (b'{"a": "x\\u0000y"}', b'{"k\\u0000": 1}', b'["\\u0000"]'):
+        with pytest.raises(InvalidJson, match="NUL"):
+            loads_limited(raw)
+    assert loads_limited(b'{"a": "x\\u0000y"}', lone_surrogates=True) == {"a": "x\x00y"}
+
+
+# Text a store can keep: no U+0000 (refused as text; see the NUL tests) and no lone surrogate.
+text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
 json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(10**30), max_value=10**30)
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    | text,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(text.filter(lambda t: len(t) <= 8), inner, max_size=4)
+    ),
     max_leaves=30,
 )
 

@@ -38,10 +38,11 @@ def auth(key: str) -> dict[str, str]:
 async def add_secrets(
     sessions: async_sessionmaker[AsyncSession], box: SecretBox, values: dict[str, str], team: str = "default"
 ) -> None:
+    """Run-scoped team secrets: the only ones a run may reference (docs/security.md)."""
     async with sessions() as s, s.begin():
         row = await builders.team(s, team)
         for name, value in values.items():
-            await builders.secret(s, box, SystemClock(), row.id, name, value)
+            await builders.secret(s, box, SystemClock(), row.id, name, value, scope="run")
 
 
 async def add_environment(
