@@ -124,24 +124,10 @@ def _duplicates(
 
 def _repositories(env: EnvironmentSpec, root: str) -> list[Diagnostic]:
     """FC011 for each repository URL or ref of ``env`` that git must not be given (docs/definitions.md)."""
-    out = []
-    repos = env.spec.get("repos")
-    for index, repo in enumerate(repos if isinstance(repos, list) else []):
-        if not isinstance(repo, Mapping):
-            continue
-        for key, check in (
-            ("url", lambda v: safegit.check_location(v, safegit.ENVIRONMENT_REPOS)),
-            ("ref", safegit.check_ref),
-        ):
-            value = repo.get(key)
-            if not isinstance(value, str):
-                continue
-            try:
-                check(value)
-            except safegit.UnsafeLocation as exc:
-                where = _place(env.locations, f"repos[{index}].{key}", root)
-                out.append(_at("FC011", str(exc), where, _file(root, env.path)))
-    return out
+    return [
+        _at("FC011", why, _place(env.locations, f"repos[{index}].{key}", root), _file(root, env.path))
+        for index, key, why in safegit.repository_problems(env.spec.get("repos"))
+    ]
 
 
 def _environment(

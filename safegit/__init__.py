@@ -26,6 +26,7 @@ from safegit.locations import (
     check_location,
     check_ref,
     display_url,
+    repository_problems,
     transport_of,
 )
 from safegit.runner import DEFAULT_TIMEOUT, checkout, clone, fetch, init_bare, reset_hard, run
@@ -51,6 +52,7 @@ __all__ = [
     "fetch",
     "init_bare",
     "redact_credentials",
+    "repository_problems",
     "reset_hard",
     "run",
     "transport_of",

@@ -108,6 +108,27 @@ def check_ref(ref: str) -> str:
     return ref
 
 
+def repository_problems(repos: object) -> list[tuple[int, str, str]]:
+    """``(index, key, why)`` for every ``url`` or ``ref`` of an environment's ``repos`` list that git must
+    not be given; the same rule for definitions (FC011) and the environments API (a 422)."""
+    found: list[tuple[int, str, str]] = []
+    for index, repo in enumerate(repos if isinstance(repos, list) else []):
+        if not isinstance(repo, dict):
+            continue
+        for key in ("url", "ref"):
+            value = repo.get(key)
+            if not isinstance(value, str):
+                continue
+            try:
+                if key == "url":
+                    check_location(value, ENVIRONMENT_REPOS)
+                else:
+                    check_ref(value)
+            except UnsafeLocation as exc:
+                found.append((index, key, str(exc)))
+    return found
+
+
 def check_branch(name: str) -> str:
     """A branch name as ``git check-ref-format --branch`` would accept it (it is put in a refspec)."""
     _plain(name, "branch")

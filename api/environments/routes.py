@@ -85,21 +85,10 @@ async def _spec_from(request: web.Request, body: dict[str, Any], team_id: str) -
 
 def _repository_errors(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The rules definitions get as FC011 (docs/definitions.md): what git may be given as URL or ref."""
-    errors = []
-    for index, repo in enumerate(spec.get("repos") or []):
-        if not isinstance(repo, dict):
-            continue
-        for key, check in (
-            ("url", lambda v: safegit.check_location(v, safegit.ENVIRONMENT_REPOS)),
-            ("ref", safegit.check_ref),
-        ):
-            value = repo.get(key)
-            if isinstance(value, str):
-                try:
-                    check(value)
-                except safegit.UnsafeLocation as exc:
-                    errors.append(field_error(f"repos.{index}.{key}", str(exc)))
-    return errors
+    return [
+        field_error(f"repos.{index}.{key}", why)
+        for index, key, why in safegit.repository_problems(spec.get("repos"))
+    ]
 
 
 async def _load(request: web.Request, team_id: str) -> Environment:
