@@ -14,7 +14,9 @@ rotation").
 - webhook update: every definition field, the definition path and digest are rewritten, and the secret
   version is re-captured (a plain rotation is itself an update, shown as ``secret_version``).
 - webhook delete: soft delete (``deleted_at``) so the UID is never reused and ingress answers 404.
-- automation create/update: its routing rows (:class:`AutomationWebhook`) are rebuilt from its triggers.
+- automation create/update: its routing rows (:class:`AutomationWebhook`) are rebuilt from its triggers;
+  webhook names (``filter.webhooks``) resolve to the UIDs the store holds or this apply just minted
+  (webhooks are written first), and the stored triggers carry them as ``filter.resolved_webhook_ids``.
 - automation and environment delete: the row (and its routing rows) is removed.
 - replace (rename): a delete of the old name plus a create of the new one.
 """
@@ -28,8 +30,16 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from reconciler.errors import ReconcileError
 from reconciler.plan import Change, Plan, StoredObject, StoreState, factory_fields
-from reconciler.specs import AutomationSpec, EnvironmentSpec, FactoryDefinition, WebhookSpec, digest
+from reconciler.specs import (
+    KNOWN_AFTER_APPLY,
+    AutomationSpec,
+    EnvironmentSpec,
+    FactoryDefinition,
+    WebhookSpec,
+    digest,
+)
 from store import ids
 from store.models import Automation, AutomationWebhook, Environment, Factory, Secret, Webhook
 
@@ -128,13 +138,24 @@ async def read_state(session: AsyncSession, team_id: str | None, factory_name: s
     )
 
 
-def routing_rows(automation_uid: str, spec: AutomationSpec) -> list[AutomationWebhook]:
-    """The routing index of one automation: a row per (webhook trigger, selected webhook UID)."""
+def routing_rows(
+    automation_uid: str, spec: AutomationSpec, uids: Mapping[str, str | None] | None = None
+) -> list[AutomationWebhook]:
+    """The routing index of one automation: a row per (webhook trigger, selected webhook UID).
+
+    ``uids`` maps webhook name -> UID for the names in ``filter.webhooks``; the index only ever holds
+    UIDs, so every named webhook must have one by now (apply writes webhooks first).
+    """
     rows: list[AutomationWebhook] = []
     for index, trigger in enumerate(spec.triggers):
         if trigger.provider != "webhook":
             continue
-        for uid in dict.fromkeys(trigger.webhook_ids):  # de-duplicated, order kept
+        resolved = trigger.resolved_webhook_ids(uids or {})
+        if KNOWN_AFTER_APPLY in resolved:
+            raise ReconcileError(
+                f"automation {spec.name!r} names a webhook without a UID: {trigger.webhooks}"
+            )
+        for uid in resolved:  # de-duplicated, order kept
             rows.append(
                 AutomationWebhook(
                     automation_uid=automation_uid,
@@ -230,6 +251,11 @@ class _Writer:
             Environment, change, "environment", ids.ENVIRONMENT, spec.name, values, managed_by=MANAGED_BY
         )
 
+    def webhook_uids(self) -> dict[str, str | None]:
+        """Webhook name -> UID: the store's, then those minted by this apply (new and renamed files)."""
+        stored: dict[str, str | None] = {name: obj.uid for name, obj in self.state.webhooks.items()}
+        return stored | {name: uid for (kind, name), uid in self.assigned.items() if kind == "webhook"}
+
     async def automation(self, change: Change, spec: AutomationSpec | None) -> None:
         stale = change.uid if change.action in ("delete", "update") else change.old_uid
         if stale is not None:
@@ -240,12 +266,13 @@ class _Writer:
             await self.session.execute(delete(Automation).where(Automation.uid == stale))
         if spec is None or change.action == "delete":
             return
-        fields = spec.fields()
+        uids = self.webhook_uids()  # webhooks precede automations in a plan (reconciler.plan.diff)
+        fields = spec.fields(uids)
         values: dict[str, Any] = dict(
             fields, definition_path=spec.path, spec_digest=digest(fields), updated_at=self.now
         )
         uid = await self._write(Automation, change, "automation", ids.AUTOMATION, spec.name, values)
-        self.routing += routing_rows(uid, spec)
+        self.routing += routing_rows(uid, spec, uids)
 
 
 def _apply_factory_fields(row: Factory, definition: FactoryDefinition) -> None:

@@ -17,6 +17,7 @@ RULES: dict[str, str] = {
     "FC021": "Too many webhooks in one factory",
     "FC030": "Invalid payload filter",
     "FC031": "Trigger names a webhook file instead of a UID",
+    "FC032": "Trigger names a webhook file that does not exist",
     "FC040": "Secret does not exist",
     "FC041": "url_token secret is not URL-safe",
     "FC042": "Standard Webhooks secret does not decode",

@@ -398,7 +398,8 @@ class _Loader:
             TriggerSpec(
                 provider=t["provider"],
                 event=t["event"],
-                webhook_ids=tuple(t["filter"]["webhook_ids"]),
+                webhook_ids=tuple(t["filter"].get("webhook_ids", ())),
+                webhooks=tuple(t["filter"].get("webhooks", ())),
                 payload_filter=t["filter"].get("payload"),
                 location=locations.get(f"triggers[{i}]"),
             )

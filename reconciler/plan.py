@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from reconciler.specs import FactoryDefinition, digest
+from reconciler.specs import KNOWN_AFTER_APPLY, FactoryDefinition, digest
 
 Kind = Literal["factory", "webhook", "environment", "automation"]
 Action = Literal["create", "update", "delete", "replace"]
@@ -76,6 +76,8 @@ class Change:
     old_name: str | None = None  # replace: the removed name
     old_uid: str | None = None  # replace: the removed object's UID
     details: tuple[tuple[str, str], ...] = ()  # field -> "old -> new" for secret fields (names, versions)
+    # automations: webhooks named in ``webhooks:`` whose UID this apply assigns (None until it has)
+    webhooks: tuple[tuple[str, str | None], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -88,6 +90,8 @@ class Change:
         if self.action == "replace":
             out["old_name"] = self.old_name
             out["old_uid"] = self.old_uid
+        if self.webhooks:
+            out["webhooks"] = dict(self.webhooks)
         return out
 
 
@@ -118,7 +122,11 @@ class Plan:
     def with_uids(self, assigned: Mapping[tuple[str, str], str]) -> Plan:
         """The plan after apply: UIDs minted by apply, keyed by (kind, name), filled in."""
         changes = tuple(
-            replace(c, uid=assigned.get((c.kind, c.name), c.uid)) if c.uid is None else c
+            replace(
+                c,
+                uid=c.uid or assigned.get((c.kind, c.name)),
+                webhooks=tuple((n, uid or assigned.get(("webhook", n))) for n, uid in c.webhooks),
+            )
             for c in self.changes
         )
         factory_uid = self.factory_uid or assigned.get(("factory", self.factory_name))
@@ -208,8 +216,16 @@ def diff(definition: FactoryDefinition, state: StoreState) -> Plan:
     """Every change needed to make the store match ``definition``.
 
     Ordered by kind (factory, webhooks, environments, automations); within a kind updates, then creates
-    and replaces, then deletes, each by name.
+    and replaces, then deletes, each by name. Apply relies on that order: webhooks get their UIDs
+    before the automations that name them are written.
+
+    An automation's compared fields resolve the webhook names of its triggers: a webhook the store
+    keeps gives its UID; one this apply creates (new, renamed, or recreated) gives ``(known after
+    apply)``, so an automation naming it is created or updated ("re-pointed") in the same apply.
     """
+    uids: dict[str, str | None] = {
+        w.name: stored.uid if (stored := state.webhooks.get(w.name)) else None for w in definition.webhooks
+    }
     name = definition.factory.name
     changes: list[Change] = []
     if state.factory is None:
@@ -224,18 +240,20 @@ def diff(definition: FactoryDefinition, state: StoreState) -> Plan:
     changes += _diff_kind(
         "environment", {e.name: e.fields() for e in definition.environments}, state.environments
     )
-    changes += _diff_kind(
-        "automation", {a.name: a.fields() for a in definition.automations}, state.automations
+    automations = _diff_kind(
+        "automation", {a.name: a.fields(uids) for a in definition.automations}, state.automations
     )
+    named = {a.name: a.webhook_names for a in definition.automations}
+    changes += [
+        replace(c, webhooks=tuple((n, None) for n in named.get(c.name, ()) if uids.get(n) is None))
+        for c in automations
+    ]
     return Plan(
         factory_name=name,
         factory_uid=state.factory.uid if state.factory else None,
         changes=tuple(changes),
         managed_by=state.managed_by or "definitions",
-        webhooks=tuple(
-            (w.name, stored.uid if (stored := state.webhooks.get(w.name)) else None)
-            for w in sorted(definition.webhooks, key=lambda w: w.name)
-        ),
+        webhooks=tuple((name, uids[name]) for name in sorted(uids)),
     )
 
 
@@ -264,20 +282,31 @@ def render_change(change: Change, *, color: bool = False) -> str:
     return f"{_COLOR[change.action]}{line}{_RESET}" if color else line
 
 
+def _named_webhooks(change: Change, verb: str) -> str:
+    """``webhook NAME (known after apply)`` per webhook the automation names and this apply creates."""
+    return ", ".join(
+        f"{verb}webhook {name} {f'({uid})' if uid else KNOWN_AFTER_APPLY}" for name, uid in change.webhooks
+    )
+
+
 def _render(change: Change) -> str:
     symbol = _SYMBOL[change.action]
     if change.action == "create":
         uid = change.uid or f"{UID_PREFIX[change.kind]}_... assigned on apply"
-        return f"{symbol} {change.kind} {change.name} ({uid})"
+        text = f"{symbol} {change.kind} {change.name} ({uid})"
+        return f"{text}: {_named_webhooks(change, '')}" if change.webhooks else text
     if change.action == "update":
         text = f"{symbol} {change.kind} {change.name}"
         fields = _field_text(change)
+        if change.webhooks:  # a webhook it names gets a new UID (created, renamed): routing follows it
+            fields = f"{fields}; {_named_webhooks(change, 're-points to ')}"
         return f"{text}: {fields}" if fields else text
     if change.action == "delete":
         return f"{symbol} {change.kind} {change.name} ({change.uid})"
     new = "new UID, new URL" if change.kind == "webhook" else "new UID"
     line = f"{symbol} {change.kind} {change.old_name} -> {change.name} ({new})"
-    return f"{line[:-1]}: {change.uid})" if change.uid else line
+    line = f"{line[:-1]}: {change.uid})" if change.uid else line
+    return f"{line}: {_named_webhooks(change, '')}" if change.webhooks else line
 
 
 def summary_line(plan: Plan) -> str:

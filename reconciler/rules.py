@@ -1,8 +1,9 @@
 """Offline rules across the files of one factory (after each file passed its own schema).
 
 What a single file's schema cannot see: limits over the whole factory, duplicate names, payload
-filter syntax, triggers that name webhook *files* instead of UIDs, and references from automations
-and agents to agents and environments. Pure functions over a :class:`FactoryDefinition`: no I/O.
+filter syntax, triggers that name webhook *files* in ``webhook_ids`` instead of UIDs (FC031), names
+in ``webhooks`` that no file of the factory defines (FC032), and references from automations and
+agents to agents and environments. Pure functions over a :class:`FactoryDefinition`: no I/O.
 
 Environment repositories: every ``repos[].url`` and ``ref`` must be something git may be given
 (:func:`safegit.check_location` with the policy the worker clones under, FC011): no ``-`` prefix, no
@@ -171,6 +172,10 @@ def _automation(
                 out.append(
                     _at(rule, message, _place(locations, f"{base}.webhook_ids[{position}]", root), root, hint)
                 )
+        for position, name in enumerate(trigger.webhooks):
+            if name not in stems:
+                where = _place(locations, f"{base}.webhooks[{position}]", root)
+                out.append(_missing_webhook(name, stems, where, root))
         for found in payload_filter.check(trigger.payload_filter):
             key = ".".join([f"{base}.payload", *found.path])
             shown = payload_filter.format_path(found.path) if found.path else "payload"
@@ -187,12 +192,21 @@ def _webhook_id(
     stem = entry.removesuffix(".yaml").removesuffix(".yml").removeprefix("webhooks/")
     if stem in stems or stem in known_uids or entry != stem:
         uid = known_uids.get(stem)
-        hint = (
-            f"use its UID: {uid}"
-            if uid
-            else "UIDs are assigned when the webhook is first applied; apply it, then copy the UID "
-            "from `factoryctl webhooks list`"
-        )
+        hint = f"reference it by name: webhooks: [{stem}]" + (f" (or use its UID: {uid})" if uid else "")
         return "FC031", f"webhook_ids names the webhook file '{entry}' instead of its UID", hint
     message = f"'{entry}' is not a webhook UID (expected 'wh_' followed by 26 lowercase letters or digits)"
     return "FC010", message, "webhook UIDs are assigned on first apply; `factoryctl webhooks list` shows them"
+
+
+def _missing_webhook(name: str, stems: set[str], where: Location, root: str) -> Diagnostic:
+    """FC032: ``webhooks:`` names no ``webhooks/<name>.yaml`` of this factory."""
+    defined = ", ".join(sorted(stems)) or "none"
+    message = f"webhook '{name}' is not defined in this factory (webhooks: {defined})"
+    stem = name.removesuffix(".yaml").removesuffix(".yml").removeprefix("webhooks/")
+    if is_webhook_uid(name):
+        hint = f"'webhooks' takes file names; a UID goes in webhook_ids: [{name}]"
+    elif stem != name and stem in stems:
+        hint = f"use the file stem: {stem}"
+    else:
+        hint = f"add webhooks/{name}.yaml or name one of the factory's webhooks"
+    return _at("FC032", message, where, root, hint)

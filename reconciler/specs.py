@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,16 +88,38 @@ class WebhookSpec:
         }
 
 
+KNOWN_AFTER_APPLY = "(known after apply)"  # the UID of a webhook the same apply creates
+
+
 @dataclass(frozen=True)
 class TriggerSpec:
+    """One webhook trigger. ``webhook_ids`` are UIDs; ``webhooks`` are webhook file names of the same
+    factory, resolved to UIDs at apply (docs/definitions.md, "Referencing webhooks")."""
+
     provider: str
     event: str
     webhook_ids: tuple[str, ...] = ()
     payload_filter: dict[str, Any] | None = None
     location: Location | None = field(default=None, compare=False)
+    webhooks: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def resolved_webhook_ids(self, uids: Mapping[str, str | None]) -> tuple[str, ...]:
+        """``webhook_ids``, then the UIDs of ``webhooks`` by name, de-duplicated in order.
+
+        ``uids`` maps webhook name -> UID; a name whose webhook has no UID yet (None, or absent)
+        resolves to :data:`KNOWN_AFTER_APPLY`.
+        """
+        named = (uids.get(name) or KNOWN_AFTER_APPLY for name in self.webhooks)
+        return tuple(dict.fromkeys((*self.webhook_ids, *named)))
+
+    def to_json(self, uids: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+        """The trigger as written; with ``uids``, a trigger that names webhooks also carries
+        ``filter.resolved_webhook_ids`` (what the routing index holds)."""
         flt: dict[str, Any] = {"webhook_ids": list(self.webhook_ids)}
+        if self.webhooks:
+            flt["webhooks"] = list(self.webhooks)
+            if uids is not None:
+                flt["resolved_webhook_ids"] = list(self.resolved_webhook_ids(uids))
         if self.payload_filter is not None:
             flt["payload"] = self.payload_filter
         return {"provider": self.provider, "event": self.event, "filter": flt}
@@ -116,14 +139,20 @@ class AutomationSpec:
     triggers: tuple[TriggerSpec, ...] = ()
     locations: dict[str, Location] = field(default_factory=dict, compare=False)
 
-    def fields(self) -> dict[str, Any]:
+    @property
+    def webhook_names(self) -> tuple[str, ...]:
+        """Every webhook file name its triggers reference, de-duplicated in order."""
+        return tuple(dict.fromkeys(name for t in self.triggers for name in t.webhooks))
+
+    def fields(self, uids: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+        """The stored fields; with ``uids`` (webhook name -> UID), webhook names are resolved too."""
         return {
             "enabled": self.enabled,
             "agent": self.agent,
             "title": self.title,
             "config": self.config,
             "prompt": self.prompt,
-            "triggers": [t.to_json() for t in self.triggers],
+            "triggers": [t.to_json(uids) for t in self.triggers],
         }
 
 

@@ -51,13 +51,25 @@ def webhook_json(row: Webhook, base_url: str) -> dict[str, Any]:
     }
 
 
+def trigger_json(trigger: Any) -> Any:
+    """A stored trigger with both references of its filter (docs/definitions.md, "Referencing webhooks"):
+    ``webhook_ids`` and ``webhooks`` as written, and ``resolved_webhook_ids``, the UIDs it routes from."""
+    if not isinstance(trigger, dict) or not isinstance(trigger.get("filter"), dict):
+        return trigger
+    flt = dict(trigger["filter"])
+    flt.setdefault("webhook_ids", [])
+    flt.setdefault("webhooks", [])
+    flt.setdefault("resolved_webhook_ids", list(flt["webhook_ids"]))
+    return {**trigger, "filter": flt}
+
+
 def automation_json(row: Automation) -> dict[str, Any]:
     return {
         "uid": row.uid,
         "name": row.name,
         "enabled": row.enabled,
         "agent": row.agent,
-        "triggers": list(row.triggers or []),
+        "triggers": [trigger_json(t) for t in row.triggers or []],
         "definition_path": row.definition_path,
     }
 

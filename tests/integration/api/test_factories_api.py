@@ -159,7 +159,15 @@ async def test_get_factory_has_webhooks_automations_and_last_apply(
             "enabled": True,
             "agent": "foreman",
             "triggers": [
-                {"provider": "webhook", "event": "received", "filter": {"webhook_ids": ["wh_alerts"]}}
+                {
+                    "provider": "webhook",
+                    "event": "received",
+                    "filter": {
+                        "webhook_ids": ["wh_alerts"],
+                        "webhooks": [],
+                        "resolved_webhook_ids": ["wh_alerts"],
+                    },
+                }
             ],
             "definition_path": "automations/triage/automation.md",
         }

@@ -352,3 +352,73 @@ async def test_a_load_cache_still_sees_every_edit(sessions, box, clock, tmp_path
     result = await run(sessions, box, clock, root, cache=cache)
     assert [(c.name, c.fields) for c in result.plan.changes] == [("a", ("description",))]
     assert (await live_hooks(sessions))["a"].description == "two"
+
+
+def by_name(*names: str, uids: tuple[str, ...] = ()) -> dict[str, Any]:
+    flt: dict[str, Any] = {"webhooks": list(names)}
+    if uids:
+        flt["webhook_ids"] = list(uids)
+    return {"provider": "webhook", "event": "received", "filter": flt}
+
+
+async def routes_of(sessions, name: str) -> list[tuple[int, str]]:
+    [auto] = await rows(sessions, Automation, Automation.name == name)
+    found = await rows(sessions, AutomationWebhook, AutomationWebhook.automation_uid == auto.uid)
+    return sorted((r.trigger_index, r.webhook_uid) for r in found)
+
+
+async def test_webhook_names_resolve_to_uids_minted_in_the_same_apply(sessions, box, clock, tmp_path) -> None:
+    await add_secret(sessions, box, clock)
+    autos = {"triage": {"triggers": [by_name("gh", "keep")]}, "other": {"triggers": [by_name("keep")]}}
+    root = write_tree(tmp_path / "f", webhooks={"gh": hook(), "keep": hook()}, automations=autos)
+    result = await run(sessions, box, clock, root)
+    assert result.outcome == "succeeded", result.errors_json()
+    uids = {n: w.uid for n, w in (await live_hooks(sessions)).items()}
+    [change] = [c for c in result.plan.changes if c.name == "triage"]
+    assert change.webhooks == (("gh", uids["gh"]), ("keep", uids["keep"]))  # filled in after apply
+    assert await routes_of(sessions, "triage") == sorted([(0, uids["gh"]), (0, uids["keep"])])
+    [triage] = await rows(sessions, Automation, Automation.name == "triage")
+    assert triage.triggers[0]["filter"] == {
+        "webhook_ids": [],
+        "webhooks": ["gh", "keep"],
+        "resolved_webhook_ids": [uids["gh"], uids["keep"]],
+    }
+    again = await run(sessions, box, clock, root)
+    assert again.outcome == "noop" and not again.has_changes
+
+    # Rename gh -> github (a new UID) and point triage at the new name: one apply re-points it.
+    autos["triage"] = {"triggers": [by_name("github", "keep")]}
+    write_tree(root, webhooks={"github": hook(), "keep": hook()}, automations=autos)
+    result = await run(sessions, box, clock, root)
+    assert result.outcome == "succeeded", result.errors_json()
+    new = {n: w.uid for n, w in (await live_hooks(sessions)).items()}
+    assert new["github"] != uids["gh"] and new["keep"] == uids["keep"]
+    assert [(c.action, c.kind, c.name, c.webhooks) for c in result.plan.changes] == [
+        ("replace", "webhook", "github", ()),
+        ("update", "automation", "triage", (("github", new["github"]),)),
+    ]
+    assert await routes_of(sessions, "triage") == sorted([(0, new["github"]), (0, new["keep"])])
+    assert await routes_of(sessions, "other") == [(0, new["keep"])]
+    assert not (await run(sessions, box, clock, root)).has_changes
+
+
+async def test_a_recreated_webhook_re_points_automations_naming_it(sessions, box, clock, tmp_path) -> None:
+    """The webhook row goes away behind the definitions' back: the next apply recreates it (a new UID)
+    and updates the unchanged automation that names it, with its routing rows."""
+    await add_secret(sessions, box, clock)
+    autos = {"triage": {"triggers": [by_name("gh")]}}
+    root = write_tree(tmp_path / "f", webhooks={"gh": hook()}, automations=autos)
+    await run(sessions, box, clock, root)
+    old = (await live_hooks(sessions))["gh"]
+    async with sessions() as s, s.begin():
+        row = await s.get(Webhook, old.uid)
+        assert row is not None
+        row.deleted_at = clock.now()
+    result = await run(sessions, box, clock, root)
+    assert result.outcome == "succeeded", result.errors_json()
+    assert [(c.action, c.kind, c.name) for c in result.plan.changes] == [
+        ("create", "webhook", "gh"),
+        ("update", "automation", "triage"),
+    ]
+    new_uid = (await live_hooks(sessions))["gh"].uid
+    assert new_uid != old.uid and await routes_of(sessions, "triage") == [(0, new_uid)]

@@ -74,3 +74,29 @@ async def test_plan_reports_every_problem_with_its_file(sessions, box, clock, tm
     result = await plan(sessions, box, clock, root)
     assert result.outcome == "failed" and result.plan is None
     assert {Path(d.path).name for d in result.diagnostics} >= {"broken.yaml", "a.yaml"}
+
+
+async def test_plan_shows_known_after_apply_for_named_webhooks(sessions, box, clock, tmp_path) -> None:
+    async with sessions() as s, s.begin():
+        team = await ensure_team(s)
+        await secret_store.create(s, box, clock, team.id, "s", "value")
+    root = write_factory(tmp_path / "f", {"gh": {}})
+    (root / "automations" / "triage").mkdir(parents=True)
+    (root / "automations" / "triage" / "automation.md").write_text(
+        "---\ntriggers:\n  - provider: webhook\n    event: received\n    filter:\n"
+        "      webhooks: [gh]\n---\nTriage.\n"
+    )
+    first = await plan(sessions, box, clock, root)
+    assert first.outcome == "planned", first.errors_json()
+    lines = render_text(first.plan).splitlines()
+    assert "+ automation triage (au_... assigned on apply): webhook gh (known after apply)" in lines
+    await plan(sessions, box, clock, root, apply=True)
+    assert render_text((await plan(sessions, box, clock, root)).plan) == "No changes.\n"
+    write_factory(root, {"github": {}})
+    text = (root / "automations" / "triage" / "automation.md").read_text()
+    (root / "automations" / "triage" / "automation.md").write_text(text.replace("[gh]", "[github]"))
+    lines = render_text((await plan(sessions, box, clock, root)).plan).splitlines()
+    assert lines[:2] == [
+        "-/+ webhook gh -> github (new UID, new URL)",
+        "~ automation triage: triggers; re-points to webhook github (known after apply)",
+    ]

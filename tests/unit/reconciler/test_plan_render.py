@@ -190,3 +190,60 @@ def test_color_only_when_asked() -> None:
     plan = Plan("acme", None, (Change("delete", "webhook", "x", "wh_1"),))
     assert "\x1b[" not in render_text(plan)
     assert render_text(plan, color=True).startswith("\x1b[31m- webhook x (wh_1)\x1b[0m")
+
+
+def named(name: str, *webhooks: str, uids: tuple[str, ...] = ()) -> AutomationSpec:
+    trig = TriggerSpec("webhook", "received", uids, None, webhooks=webhooks)
+    return AutomationSpec(name=name, path=f"automations/{name}/automation.md", prompt="do", triggers=(trig,))
+
+
+def test_a_name_of_a_new_webhook_is_known_after_apply() -> None:
+    d = definition(hook("gh"), autos=(named("triage", "gh", uids=("wh_1",)),))
+    plan = diff(d, StoreState())
+    assert render_text(plan).splitlines()[:3] == [
+        "+ factory acme (fa_... assigned on apply)",
+        "+ webhook gh (wh_... assigned on apply)",
+        "+ automation triage (au_... assigned on apply): webhook gh (known after apply)",
+    ]
+    change = plan.changes[-1]
+    assert change.to_json()["webhooks"] == {"gh": None}
+    after = plan.with_uids({("webhook", "gh"): "wh_new", ("automation", "triage"): "au_new"})
+    assert render_text(after).splitlines()[2] == "+ automation triage (au_new): webhook gh (wh_new)"
+
+
+def test_a_name_of_a_kept_webhook_resolves_to_its_uid_and_is_a_no_op() -> None:
+    from reconciler.specs import digest
+
+    auto_spec = named("triage", "gh")
+    d = definition(hook("gh"), autos=(auto_spec,))
+    fields = auto_spec.fields({"gh": "wh_gh"})
+    assert fields["triggers"][0]["filter"] == {
+        "webhook_ids": [],
+        "webhooks": ["gh"],
+        "resolved_webhook_ids": ["wh_gh"],
+    }
+    state = state_for(d, automations={"triage": StoredObject("au_1", "triage", fields, digest(fields))})
+    assert diff(d, state).changes == ()
+
+
+def test_renaming_a_named_webhook_re_points_the_automation() -> None:
+    from reconciler.specs import digest
+
+    old = named("triage", "gh")
+    fields = old.fields({"gh": "wh_gh"})
+    d = definition(hook("github"), autos=(named("triage", "github"),))
+    state = state_for(
+        definition(hook("gh")), automations={"triage": StoredObject("au_1", "triage", fields, digest(fields))}
+    )
+    plan = diff(d, state)
+    assert render_text(plan).splitlines()[:2] == [
+        "-/+ webhook gh -> github (new UID, new URL)",
+        "~ automation triage: triggers; re-points to webhook github (known after apply)",
+    ]
+    # a webhook recreated under the same name (deleted over the API) re-points unchanged automations
+    same = definition(hook("gh"), autos=(old,))
+    plan = diff(same, state_for(same, webhooks={}, automations=state.automations))
+    assert [render_text(plan).splitlines()[i] for i in (0, 1)] == [
+        "+ webhook gh (wh_... assigned on apply)",
+        "~ automation triage: triggers; re-points to webhook gh (known after apply)",
+    ]

@@ -88,9 +88,72 @@ def test_webhook_ids_naming_a_file(factory_tree, where) -> None:  # type: ignore
         ("automations/a/automation.md", 8, 11, "FC031"),
     ]
     assert found[0].message == "webhook_ids names the webhook file 'github' instead of its UID"
-    assert found[0].hint is not None and "assigned when the webhook is first applied" in found[0].hint
+    assert found[0].hint == "reference it by name: webhooks: [github]"
     with_store = rules.check(definition, {"github": UID})
-    assert [d.hint for d in with_store] == [f"use its UID: {UID}"] * 2
+    assert [d.hint for d in with_store] == [
+        f"reference it by name: webhooks: [github] (or use its UID: {UID})"
+    ] * 2
+
+
+def named(webhooks: str, webhook_ids: str | None = None) -> str:
+    ids = f"      webhook_ids: {webhook_ids}\n" if webhook_ids else ""
+    return (
+        "---\ntriggers:\n  - provider: webhook\n    event: received\n    filter:\n"
+        f"{ids}      webhooks: {webhooks}\n---\nDo the thing.\n"
+    )
+
+
+def test_webhooks_by_name_pass_with_or_without_uids(factory_tree) -> None:  # type: ignore[no-untyped-def]
+    root = factory_tree(
+        {
+            "webhooks/github.yaml": "secretName: s\n",
+            "webhooks/sentry.yml": "secretName: s\n",
+            "automations/a/automation.md": named("[github, sentry]", f"[{UID}]"),
+            "automations/b/automation.md": named("[github]"),
+        }
+    )
+    definition = loaded(root)
+    assert rules.check(definition) == []
+    triggers = {a.name: a.triggers[0] for a in definition.automations}
+    assert triggers["a"].webhooks == ("github", "sentry") and triggers["a"].webhook_ids == (UID,)
+    assert triggers["b"].webhooks == ("github",) and triggers["b"].webhook_ids == ()
+
+
+def test_webhooks_naming_a_missing_file(factory_tree, where) -> None:  # type: ignore[no-untyped-def]
+    root = factory_tree(
+        {
+            "webhooks/github.yaml": "secretName: s\n",
+            "webhooks/sentry.yaml": "secretName: s\n",
+            "automations/a/automation.md": named(
+                f"\n        - github\n        - gitlab\n        - github.yaml\n        - {UID}"
+            ),
+        }
+    )
+    found = rules.check(loaded(root))
+    assert where(root, found) == [
+        ("automations/a/automation.md", 8, 11, "FC032"),
+        ("automations/a/automation.md", 9, 11, "FC032"),
+        ("automations/a/automation.md", 10, 11, "FC032"),
+    ]
+    assert found[0].message == "webhook 'gitlab' is not defined in this factory (webhooks: github, sentry)"
+    assert found[0].hint == "add webhooks/gitlab.yaml or name one of the factory's webhooks"
+    assert found[1].hint == "use the file stem: github"
+    assert found[2].hint == f"'webhooks' takes file names; a UID goes in webhook_ids: [{UID}]"
+    assert str(found[0]).startswith(f"{root}/automations/a/automation.md:8:11: error[FC032]")
+
+
+def test_webhook_trigger_needs_uids_or_names(factory_tree, where) -> None:  # type: ignore[no-untyped-def]
+    text = (
+        "---\ntriggers:\n  - provider: webhook\n    event: received\n    filter:\n"
+        "      payload: {a: 1}\n---\nDo.\n"
+    )
+    root = factory_tree({"automations/a/automation.md": text})
+    result = load(root)
+    assert [(d.rule, d.line) for d in result.diagnostics] == [("FC010", 6)]
+    assert (
+        "needs 'webhook_ids' (webhook UIDs), 'webhooks' (webhook file names) or both"
+        in result.diagnostics[0].message
+    )
 
 
 def test_webhook_ids_that_are_not_uids(factory_tree, where) -> None:  # type: ignore[no-untyped-def]
