@@ -2,19 +2,16 @@
 
 Steps: validate ``example-factory/``; create the team secrets it names (generated values): the
 webhooks' own with scope ``webhook``, the environments' with scope ``run`` (a webhook's secret never
-reaches a run: docs/management.md, "Team secrets"); apply the webhooks, so the service assigns their
-UIDs; copy the automations into a working copy of the factory with the example's placeholder UIDs
-replaced by the assigned ones (in a real repository you commit the UIDs that ``factoryctl apply``
-printed); then ``serve --repo`` that working copy with two service-hosted ``echo`` workers, printing
-commands to post a delivery and see the run it starts.
+reaches a run: docs/management.md, "Team secrets"); apply the example as it is, in one step (its
+automations name their webhooks, docs/definitions.md, "Referencing webhooks"); then ``serve --repo``
+the example with two service-hosted ``echo`` workers, printing commands to post a delivery and see the
+run it starts.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -31,13 +28,6 @@ from store.db import session_factory
 from store.models import Webhook
 from store.teams import ensure_team
 
-PLACEHOLDER = re.compile(r"\bwh_example[0-9a-z]*\b")
-
-
-def placeholder_uid(webhook_name: str) -> str:
-    """The UID the example's automation files use for a webhook before it is applied."""
-    return "wh_" + ("example" + webhook_name.replace("-", ""))[:26].ljust(26, "0")
-
 
 def example_secrets(definition: FactoryDefinition) -> dict[str, str]:
     """Secret name -> scope of every team secret the example names: webhooks' ``secretName`` are
@@ -49,8 +39,8 @@ def example_secrets(definition: FactoryDefinition) -> dict[str, str]:
     return out
 
 
-async def prepare(ctx: CliContext, example: Path, work: Path) -> dict[str, str]:
-    """Secrets, webhooks, working copy; returns webhook name -> (ingress URL, secret) info."""
+async def prepare(ctx: CliContext, example: Path) -> dict[str, str]:
+    """Secrets and one apply; returns webhook name -> "UID auth-mode secret" of the applied webhooks."""
     loaded = load(example)
     problems = loaded.diagnostics + (check(loaded.definition) if loaded.definition else [])
     if problems or loaded.definition is None:
@@ -70,30 +60,18 @@ async def prepare(ctx: CliContext, example: Path, work: Path) -> dict[str, str]:
                     value = secret_store.generate_value()
                     await secret_store.create(s, box, clock, team.id, name, value, scope=scope)
                     print(f"created team secret {name} (scope {scope})")
-        # Phase 1: the webhooks alone, so that the service assigns their UIDs.
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.copytree(example, work, ignore=shutil.ignore_patterns("automations", "README.md"))
-        first = await reconcile(sessions, box, clock, team="default", root=work, revision=None)
-        if not first.ok:
-            raise SystemExit(f"applying the example webhooks failed: {first.error or first.diagnostics}")
+        applied = await reconcile(sessions, box, clock, team="default", root=example, revision=None)
+        if not applied.ok:
+            raise SystemExit(f"applying the example failed: {applied.error or applied.diagnostics}")
         async with sessions() as s:
             rows = (await s.execute(Webhook.__table__.select().where(Webhook.deleted_at.is_(None)))).all()
-            uids = {r.name: r.uid for r in rows if r.factory_uid == first.factory_uid}
             team = await ensure_team(s)
-            for name, uid in uids.items():
-                hook = next(h for h in definition.webhooks if h.name == name)
+            for row in rows:
+                if row.factory_uid != applied.factory_uid:
+                    continue
+                hook = next(h for h in definition.webhooks if h.name == row.name)
                 value, _ = await secret_store.reveal(s, box, team.id, hook.secret_name)
-                shown[name] = f"{uid} {hook.auth_mode} {value}"
-    # Phase 2: automations with the assigned UIDs.
-    mapping = {placeholder_uid(name): uid for name, uid in uids.items()}
-    for src in sorted((example / "automations").glob("*/automation.md")):
-        dest = work / "automations" / src.parent.name / "automation.md"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        text = PLACEHOLDER.sub(lambda m: mapping.get(m.group(0), m.group(0)), src.read_text())
-        dest.write_text(text)
-    for extra in ("environments",):
-        if (example / extra).is_dir():
-            shutil.copytree(example / extra, work / extra, dirs_exist_ok=True)
+                shown[row.name] = f"{row.uid} {hook.auth_mode} {value}"
     return shown
 
 
@@ -105,13 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ctx = CliContext.from_args(None, args.data_dir)
     example = Path(args.example).resolve()
-    work = ctx.data_dir / "factory"
-    shown = asyncio.run(prepare(ctx, example, work))
+    shown = asyncio.run(prepare(ctx, example))
     key_file = asyncio.run(_admin_key(ctx))
     base = f"http://127.0.0.1:{args.port}"
     alerts = shown.get("alerts", "").split()
     print("\n=== factoryctl demo ===")
-    print(f"definitions (watched; edit and save to re-apply): {work}")
+    print(f"definitions (watched; edit and save to re-apply): {example}")
     print(f"admin API key file: {key_file}")
     if len(alerts) == 3:
         uid, _mode, token = alerts
@@ -124,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f'  curl -sS {base}/api/v1/agent/runs -H "Authorization: Bearer $(cat {key_file})"')
     print("\nCtrl-C stops the server.\n", flush=True)
     # The real `serve` parser supplies every default, so the demo cannot drift from the command.
-    parsed = build_parser().parse_args(["serve", "--repo", str(work), "--port", str(args.port)])
+    parsed = build_parser().parse_args(["serve", "--repo", str(example), "--port", str(args.port)])
     return asyncio.run(run_server(ctx, ServeOptions.from_args(ctx, parsed)))
 
 

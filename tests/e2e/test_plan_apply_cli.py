@@ -174,27 +174,20 @@ def create_secrets(data_dir: Path, root: Path) -> None:
     asyncio.run(go())
 
 
-def test_example_factory_applies_in_two_steps(tmp_path: Path) -> None:
-    """Webhooks first (their UIDs exist only after an apply), then the automations wired to those UIDs."""
+def test_example_factory_plans_and_applies_in_one_step_on_an_empty_store(tmp_path: Path) -> None:
+    """Webhooks and the automations that name them, in one commit: UIDs are resolved at apply."""
     data = tmp_path / "data"
     data.mkdir()
     root = shutil.copytree(EXAMPLE, tmp_path / "example")
-    automations = shutil.move(root / "automations", tmp_path / "automations")
     create_secrets(data, root)
-    first = cli(data, "apply", str(root), "--auto-approve", "--format", "json")
-    assert first.returncode == 0, first.stdout + first.stderr
-    uids = {c["name"]: c["uid"] for c in json.loads(first.stdout)["changes"] if c["kind"] == "webhook"}
-
-    def real_uid(match: re.Match[str]) -> str:
-        placeholder = match.group(0).replace("_", "")
-        return next(uid for name, uid in uids.items() if name.replace("-", "") in placeholder)
-
-    for md in sorted(Path(automations).glob("*/automation.md")):
-        (root / "automations" / md.parent.name).mkdir(parents=True)
-        text = re.sub(r"wh_[0-9a-z]{26}", real_uid, md.read_text())
-        (root / "automations" / md.parent.name / "automation.md").write_text(text)
-    second = cli(data, "apply", str(root), "--auto-approve")
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert "Apply complete! Resources: 3 added, 0 changed, 0 destroyed." in second.stdout
+    plan = cli(data, "plan", str(root), "--detailed-exitcode")
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    assert "webhook github-issues (known after apply)" in plan.stdout
+    applied = cli(data, "apply", str(root), "--auto-approve", "--format", "json")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    changes = json.loads(applied.stdout)["changes"]
+    uids = {c["name"]: c["uid"] for c in changes if c["kind"] == "webhook"}
+    triage = next(c for c in changes if c["kind"] == "automation" and c["name"] == "triage-github-issues")
+    assert triage["webhooks"] == {"github-issues": uids["github-issues"]}  # resolved in the same apply
     again = cli(data, "plan", str(root), "--detailed-exitcode")
     assert (again.returncode, again.stdout) == (0, "No changes.\n")
