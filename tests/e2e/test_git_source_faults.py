@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from gitobjects import ObjectRepo as Repo
 from serve_support import free_port, reconcile_records, run_cli, running, wait_for
 
 pytestmark = pytest.mark.slow
@@ -64,48 +65,6 @@ def test_validate_never_prints_what_a_symlink_points_at(tmp_path: Path) -> None:
 
 
 # --- serve --git ------------------------------------------------------------------------------------
-
-
-def git(repo: Path, *args: str, data: bytes | None = None) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=repo,
-        input=data,
-        capture_output=True,
-        check=True,
-    )
-    return done.stdout.decode().strip()
-
-
-class Repo:
-    """Commits written object by object (git's porcelain refuses the malformed tree this test needs)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.mkdir(parents=True)
-        git(path, "init", "--quiet", "--initial-branch", "main")
-
-    def blob(self, data: bytes) -> str:
-        return git(self.path, "hash-object", "-w", "--stdin", data=data)
-
-    def tree(self, *entries: tuple[str, str, str]) -> str:
-        body = b"".join(f"{mode} {name}".encode() + b"\0" + bytes.fromhex(oid) for mode, name, oid in entries)
-        return git(self.path, "hash-object", "-t", "tree", "--literally", "-w", "--stdin", data=body)
-
-    def commit(self, description: str, *extra: tuple[str, str, str]) -> str:
-        automation = self.tree(("100644", "automation.md", self.blob(b"---\ntitle: T\n---\nTriage it.\n")))
-        factory = self.blob(f"name: gitops\ndescription: {description}\n".encode())
-        tree = self.tree(
-            ("40000", "automations", self.tree(("40000", "triage", automation))),
-            ("100644", "factory.yaml", factory),
-            *extra,
-        )
-        head = subprocess.run(
-            ["git", "rev-parse", "--verify", "--quiet", "main"], cwd=self.path, capture_output=True, text=True
-        ).stdout.strip()
-        sha = git(self.path, "commit-tree", tree, *(["-p", head] if head else []), "-m", description)
-        git(self.path, "update-ref", "refs/heads/main", sha)
-        return sha
 
 
 class Server:
@@ -159,7 +118,7 @@ def test_serve_survives_a_malformed_commit_reports_its_health_and_keeps_its_file
     tmp_path: Path, loose_umask: None
 ) -> None:
     repo = Repo(tmp_path / "src")
-    first = repo.commit("first")
+    first = repo.commit(repo.factory_tree("first"), "first")
     data, log, port = tmp_path / "data", tmp_path / "serve.log", free_port()
     args = ["--git", str(repo.path), "--branch", "main", "--poll-interval", "0.2"]
     with running(
@@ -175,14 +134,16 @@ def test_serve_survives_a_malformed_commit_reports_its_health_and_keeps_its_file
         server.wait(lambda: at("last_applied_revision", first), "the first commit applied")
 
         # GitPython raised ValueError on this tree and the loop died without a word.
-        bad = repo.commit("bad", ("100644", "webhooks/x.yaml", repo.blob(b"secretName: s\n")))
+        bad = repo.commit(
+            repo.factory_tree("bad", ("100644", "webhooks/x.yaml", repo.blob(b"secretName: s\n"))), "bad"
+        )
         failed = server.wait(lambda: at("last_attempted_revision", bad), "the malformed commit recorded")
         assert (ready(failed)["status"], ready(failed)["reason"]) == ("False", "RevisionUnreadable")
         assert "is not a valid file name" in ready(failed)["message"]
         assert [r["outcome"] for r in reconcile_records(log) if r["revision"] == bad] == ["failed"]
         assert server.readyz()[0] == 200
 
-        good = repo.commit("third")
+        good = repo.commit(repo.factory_tree("third"), "third")
         done = server.wait(lambda: at("last_applied_revision", good), "the next commit applied")
         assert ready(done)["status"] == "True" and done["description"] == "third"
 

@@ -10,7 +10,6 @@ only way to write a tree git's porcelain refuses (an entry name containing ``/``
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ from typing import Any, TypeVar
 import builders
 import pytest
 from aiohttp.test_utils import TestClient
+from gitobjects import AUTOMATION
+from gitobjects import ObjectRepo as Repo
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import ROUTE_MODULES, create_app
@@ -30,50 +31,6 @@ from store.clock import SystemClock
 from store.crypto import SecretBox
 
 T = TypeVar("T")
-AUTOMATION = b"---\ntitle: Triage\n---\nTriage the event.\n"
-
-
-def git(repo: Path, *args: str, data: bytes | None = None) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=repo,
-        input=data,
-        capture_output=True,
-        check=True,
-    )
-    return done.stdout.decode().strip()
-
-
-class Repo:
-    """A bare-bones repository whose commits are written object by object."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.mkdir(parents=True)
-        git(path, "init", "--quiet", "--initial-branch", "main")
-
-    def blob(self, data: bytes) -> str:
-        return git(self.path, "hash-object", "-w", "--stdin", data=data)
-
-    def tree(self, *entries: tuple[str, str, str]) -> str:
-        """A raw tree object of ``(mode, name, oid)`` entries, written as given (names unchecked)."""
-        body = b"".join(f"{mode} {name}".encode() + b"\0" + bytes.fromhex(oid) for mode, name, oid in entries)
-        return git(self.path, "hash-object", "-t", "tree", "--literally", "-w", "--stdin", data=body)
-
-    def factory_tree(self, description: str, *extra: tuple[str, str, str]) -> str:
-        automation = self.tree(("100644", "automation.md", self.blob(AUTOMATION)))
-        automations = self.tree(("40000", "triage", automation))
-        factory = self.blob(f"name: gitops\ndescription: {description}\n".encode())
-        return self.tree(("40000", "automations", automations), ("100644", "factory.yaml", factory), *extra)
-
-    def commit(self, tree: str, message: str) -> str:
-        parent = subprocess.run(
-            ["git", "rev-parse", "--verify", "--quiet", "refs/heads/main"], cwd=self.path, capture_output=True
-        ).stdout.decode()
-        parents = ["-p", parent.strip()] if parent.strip() else []
-        sha = git(self.path, "commit-tree", tree, *parents, "-m", message)
-        git(self.path, "update-ref", "refs/heads/main", sha)
-        return sha
 
 
 async def until(check: Callable[[], Awaitable[T | None]], what: str, seconds: float = 30.0) -> T:

@@ -7,11 +7,12 @@ Repositories are real; malformed trees are written with ``git hash-object --lite
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
+from gitobjects import Entry
+from gitobjects import ObjectRepo as Repo
 
 import safegit
 from reconciler import SourceError
@@ -23,35 +24,10 @@ NOT_FOLLOWED = "symlink not followed: definitions from a git source are read fro
 Where = Callable[[Path, Iterable[Diagnostic]], list[tuple[str, int, int, str]]]
 
 
-def git(repo: Path, *args: str, data: bytes | None = None) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=repo,
-        input=data,
-        capture_output=True,
-        check=True,
-    )
-    return done.stdout.decode().strip()
-
-
-class Repo:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.mkdir(parents=True)
-        git(path, "init", "--quiet", "--initial-branch", "main")
-
-    def blob(self, data: bytes) -> str:
-        return git(self.path, "hash-object", "-w", "--stdin", data=data)
-
-    def tree(self, *entries: tuple[str, str, str]) -> str:
-        body = b"".join(f"{mode} {name}".encode() + b"\0" + bytes.fromhex(oid) for mode, name, oid in entries)
-        return git(self.path, "hash-object", "-t", "tree", "--literally", "-w", "--stdin", data=body)
-
-    def commit(self, *entries: tuple[str, str, str]) -> str:
-        factory = ("100644", "factory.yaml", self.blob(b"name: demo\n"))
-        sha = git(self.path, "commit-tree", self.tree(factory, *entries), "-m", "c")
-        git(self.path, "update-ref", "refs/heads/main", sha)
-        return sha
+def commit_root(repo: Repo, *entries: Entry) -> str:
+    """A commit whose root holds ``factory.yaml`` (``name: demo``) and ``entries``."""
+    factory = ("100644", "factory.yaml", repo.blob(b"name: demo\n"))
+    return repo.commit(repo.tree(factory, *entries), "c")
 
 
 @pytest.fixture
@@ -76,7 +52,8 @@ def test_only_what_the_loader_reads_is_exported(repo: Repo, source: GitSource) -
         ("100644", "automation.md", repo.blob(b"---\n---\nDo it.\n")),
         ("40000", "deeper", repo.tree(("40000", "z", deep))),
     )
-    repo.commit(
+    commit_root(
+        repo,
         ("40000", "automations", repo.tree(("40000", "triage", automation))),
         ("100644", "README.md", repo.blob(b"not a definition")),
         ("40000", "src", deep),
@@ -105,7 +82,7 @@ def test_only_what_the_loader_reads_is_exported(repo: Repo, source: GitSource) -
     ],
 )
 def test_a_malformed_root_entry_is_refused(repo: Repo, source: GitSource, name: str, problem: str) -> None:
-    repo.commit(("100644", name, repo.blob(b"secretName: s\n")))
+    commit_root(repo, ("100644", name, repo.blob(b"secretName: s\n")))
     with pytest.raises(SourceError, match=problem):
         exported(source)
     assert list(source.snapshot_dir.iterdir()) == []  # nothing half-written is left
@@ -116,7 +93,7 @@ def test_dot_dot_trees_cannot_write_outside_the_snapshot(
 ) -> None:
     evil = repo.tree(("100644", "escaped.yaml", repo.blob(b"x")))
     up = repo.tree(("40000", "..", repo.tree(("40000", "..", evil))))
-    repo.commit(("40000", "webhooks", up))
+    commit_root(repo, ("40000", "webhooks", up))
     with pytest.raises(SourceError, match=r"tree entry '\.\.' in 'webhooks/' is not a valid file name"):
         exported(source)
     assert not list(tmp_path.rglob("escaped.yaml"))
@@ -124,14 +101,17 @@ def test_dot_dot_trees_cannot_write_outside_the_snapshot(
 
 def test_a_duplicate_entry_is_refused(repo: Repo, source: GitSource) -> None:
     hook = repo.blob(b"secretName: s\n")
-    repo.commit(("40000", "webhooks", repo.tree(("100644", "a.yaml", hook), ("120000", "a.yaml", hook))))
+    commit_root(
+        repo, ("40000", "webhooks", repo.tree(("100644", "a.yaml", hook), ("120000", "a.yaml", hook)))
+    )
     with pytest.raises(SourceError, match=r"'a\.yaml' in 'webhooks/' appears twice"):
         exported(source)
 
 
 def test_symlinks_are_exported_inert_and_reported(repo: Repo, source: GitSource, where: Where) -> None:
     target = repo.blob(b"/etc/passwd")
-    repo.commit(
+    commit_root(
+        repo,
         ("40000", "webhooks", repo.tree(("120000", "x.yaml", target))),
         ("120000", "environments", repo.blob(b"/etc")),
     )
@@ -149,7 +129,7 @@ def test_an_oversized_file_is_refused_by_size_without_being_read(
     repo: Repo, source: GitSource, where: Where
 ) -> None:
     big = repo.blob(b"x" * (MAX_FILE_BYTES + 10))
-    repo.commit(("40000", "webhooks", repo.tree(("100644", "big.yaml", big))))
+    commit_root(repo, ("40000", "webhooks", repo.tree(("100644", "big.yaml", big))))
     root, _ = exported(source)
     result = load(root, follow_symlinks=False)
     assert where(root, result.diagnostics) == [("webhooks/big.yaml", 0, 0, "FC001")]
