@@ -30,11 +30,16 @@ from api.context import BOX, CLOCK, SESSIONS, SETTINGS
 from api.runs import queue
 from api.runs.claim_signal import ClaimSignal, claim_signal
 from api.runs.states import IllegalTransition
-from factoryctl.worker import EnvironmentSetupFailed, InvalidClaim
-from factoryctl.worker.environment import setup_failure_outcome
-from factoryctl.worker.execution import ExecutionSettings, HeartbeatReply, LeaseLost, LogLine, execute
-from factoryctl.worker.job import Job, Outcome
-from factoryctl.worker.resolve import resolve_claim
+from factoryctl.worker import EnvironmentSetupFailed
+from factoryctl.worker.execution import (
+    ExecutionSettings,
+    HeartbeatReply,
+    LeaseLost,
+    LogLine,
+    execute,
+    job_for_claim,
+)
+from factoryctl.worker.job import Outcome
 from store import NotFound
 from store import secrets as secret_store
 from store.clock import Clock
@@ -179,16 +184,9 @@ class ServiceWorker:
         run, lease = payload["run"], float(payload["lease_seconds"])
         channel = StoreChannel(self.app[SESSIONS], self.app[CLOCK], str(run["run_id"]), self.owner, lease)
         try:
-            try:
-                # Secret values are read here, inside the worker, never in the claim answer.
-                job = Job.from_claim(
-                    await resolve_claim(run, StoreSecrets(self.app[SESSIONS], self.app[BOX]))
-                )
-            except EnvironmentSetupFailed as exc:
-                await channel.report(setup_failure_outcome(exc))
-                return
-            except InvalidClaim as exc:
-                await channel.report(Outcome.error(f"invalid claim: {exc}", "internal_error"))
+            # Secret values are read here, inside the worker, never in the claim answer.
+            job = await job_for_claim(run, StoreSecrets(self.app[SESSIONS], self.app[BOX]), channel)
+            if job is None:
                 return
             outcome = await execute(job, channel, self.settings, stop=self.abort)
             log.info("run %s: %s", job.run_id, outcome.state if outcome else "abandoned (lease lost)")

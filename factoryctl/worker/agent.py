@@ -45,11 +45,10 @@ from factoryctl.client import (
     retry_delay,
 )
 from factoryctl.client.worker_resources import RETRY_FOREVER, conflict_run_state
-from factoryctl.worker.environment import setup_failure_outcome
-from factoryctl.worker.errors import EnvironmentSetupFailed, InvalidClaim, LeaseLost, WorkerRefused
-from factoryctl.worker.execution import ExecutionSettings, HeartbeatReply, LogLine, execute
-from factoryctl.worker.job import Job, Outcome
-from factoryctl.worker.resolve import RemoteSecrets, resolve_claim
+from factoryctl.worker.errors import EnvironmentSetupFailed, LeaseLost, WorkerRefused
+from factoryctl.worker.execution import ExecutionSettings, HeartbeatReply, LogLine, execute, job_for_claim
+from factoryctl.worker.job import Outcome
+from factoryctl.worker.resolve import RemoteSecrets
 
 T = TypeVar("T")
 log = logging.getLogger("factoryctl.worker")
@@ -238,13 +237,8 @@ class RemoteWorker:
         settings = dataclasses.replace(self.settings, heartbeat_seconds=max(0.2, min(lease / 3, 5.0)))
         self.running.add(run_id)
         try:
-            try:
-                job = Job.from_claim(await resolve_claim(run, RemoteSecrets(channel.secrets)))
-            except EnvironmentSetupFailed as exc:
-                await channel.report(setup_failure_outcome(exc))
-                return
-            except InvalidClaim as exc:
-                await channel.report(Outcome.error(f"invalid claim: {exc}", "internal_error"))
+            job = await job_for_claim(run, RemoteSecrets(channel.secrets), channel)
+            if job is None:
                 return
             log.info("run %s: claimed (attempt %s)", run_id, claim.run.attempt)
             outcome = await execute(job, channel, settings, stop=self.abort)

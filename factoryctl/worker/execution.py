@@ -27,10 +27,11 @@ from factoryctl.worker.environment import (
     prepare_environment,
     setup_failure_outcome,
 )
-from factoryctl.worker.errors import EnvironmentSetupFailed, WorkerError
+from factoryctl.worker.errors import EnvironmentSetupFailed, InvalidClaim, WorkerError
 from factoryctl.worker.errors import LeaseLost as LeaseLost  # re-exported: channels raise it from here
 from factoryctl.worker.harness import Harness, OutputCallback, RedactingEmitter, harness_for
 from factoryctl.worker.job import Job, Outcome, redact
+from factoryctl.worker.resolve import SecretSource, resolve_claim
 from factoryctl.worker.workspace import create_workspace, remove_workspace
 
 log = logging.getLogger("factoryctl.worker")
@@ -112,6 +113,18 @@ class LogBuffer:
 
     def put_back(self, lines: list[LogLine]) -> None:
         self.lines = (lines + self.lines)[-MAX_BUFFERED_LINES:]
+
+
+async def job_for_claim(run: Mapping[str, Any], secrets: SecretSource, channel: RunChannel) -> Job | None:
+    """The job of a claimed run, its secret references resolved inside the worker; or None after
+    reporting why it cannot run (environment setup failed, or a claim the worker cannot read)."""
+    try:
+        return Job.from_claim(await resolve_claim(run, secrets))
+    except EnvironmentSetupFailed as exc:
+        await channel.report(setup_failure_outcome(exc))
+    except InvalidClaim as exc:
+        await channel.report(Outcome.error(f"invalid claim: {exc}", "internal_error"))
+    return None
 
 
 async def execute(
