@@ -103,7 +103,7 @@ def _translate(exc: store.StoreError | InvalidCursor) -> ApiError:
     if isinstance(exc, store.NotFound):
         return ResourceNotFound(str(exc))
     if isinstance(exc, store.WriteRefused):
-        return Conflict(str(exc))
+        return Conflict(str(exc), extensions=dict(exc.extensions))
     if isinstance(exc, store.InvalidValue):
         return ValidationFailed(str(exc))
     return ApiError("internal error")

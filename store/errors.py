@@ -12,7 +12,9 @@ class NotFound(StoreError):
 
 
 class WriteRefused(StoreError):
-    pass
+    """``extensions``: facts a client may act on (e.g. a run's ``state``), sent as problem members."""
+
+    extensions: dict[str, str] = {}
 
 
 class InvalidValue(StoreError):

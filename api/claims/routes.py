@@ -43,7 +43,6 @@ from api.runs.config import worker_host_of
 from api.runs.queue import (
     LOG_STREAMS,
     REPORT_EVENTS,
-    NotLeaseHolder,
     append_logs,
     claim_next,
     heartbeat,
@@ -188,9 +187,7 @@ async def heartbeat_route(request: web.Request) -> web.Response:
                 start=state == "INPROGRESS",
                 team_id=who.team_id,
             )
-    except NotLeaseHolder as exc:
-        raise Conflict(str(exc), extensions={"state": exc.state}) from None
-    except IllegalTransition as exc:
+    except IllegalTransition as exc:  # (NotLeaseHolder becomes its 409 in api/problems.py)
         raise Conflict(str(exc), extensions={"state": exc.state.value}) from None
     return web.json_response(
         {
@@ -248,9 +245,7 @@ async def state_route(request: web.Request) -> web.Response:
                 status_message=message,
                 team_id=who.team_id,
             )
-    except NotLeaseHolder as exc:
-        raise Conflict(str(exc), extensions={"state": exc.state}) from None
-    except IllegalTransition as exc:
+    except IllegalTransition as exc:  # (NotLeaseHolder becomes its 409 in api/problems.py)
         detail = f"cannot report {state} for a run in state {exc.state.value}"
         raise Conflict(detail, extensions={"state": exc.state.value}) from None
     return web.json_response(
@@ -286,12 +281,9 @@ async def logs_route(request: web.Request) -> web.Response:
     body = await read_json_object(request, max_bytes=MAX_LOG_LINES * MAX_LOG_TEXT + SMALL_BODY_BYTES)
     lines = _log_lines(body)
     async with sessions(request)() as session, session.begin():
-        try:
-            count = await append_logs(
-                session, request.app[CLOCK], run_id, lines, owner=_owner(who, body), team_id=who.team_id
-            )
-        except NotLeaseHolder as exc:
-            raise Conflict(str(exc), extensions={"state": exc.state}) from None
+        count = await append_logs(
+            session, request.app[CLOCK], run_id, lines, owner=_owner(who, body), team_id=who.team_id
+        )
     return web.json_response({"run_id": run_id, "appended": count})
 
 

@@ -54,6 +54,7 @@ class NotLeaseHolder(WriteRefused):
     def __init__(self, run_id: str, state: str) -> None:
         super().__init__(f"run {run_id} is {state} and its lease is not held by this worker")
         self.state = state
+        self.extensions = {"state": state}
 
 
 @dataclass(frozen=True)
