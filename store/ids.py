@@ -34,3 +34,4 @@ FOLLOWUP = "fu"
 SECRET = "sec"  # noqa: S105 - an ID prefix, not a password
 TEAM = "tm"
 KEY = "key"
+SCHEDULE = "sch"

@@ -232,6 +232,63 @@ class Environment(Base):
     updated_at: Mapped[dt.datetime]
 
 
+class Schedule(Base):
+    """A scheduled agent (docs/schedules.md): a cron expression in a time zone that starts runs.
+
+    Definition-managed schedules (``schedules/<name>.yaml``) belong to a factory and are unique by
+    (factory, name); API-created ones have no factory (``factory_uid`` NULL, names need not be unique).
+    ``automation`` names an automation of the same factory, looked up when the schedule fires; otherwise
+    ``prompt`` and ``agent_config`` say what the run does. ``next_fire_at`` is the next fire time (NULL
+    while disabled or when the expression never fires again); the scheduler selects on it.
+    """
+
+    __tablename__ = "schedules"
+    __table_args__ = (
+        UniqueConstraint("factory_uid", "name"),
+        Index("ix_schedules_due", "enabled", "next_fire_at"),
+    )
+    uid: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"), index=True)
+    factory_uid: Mapped[str | None] = mapped_column(ForeignKey("factories.uid", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    cron: Mapped[str] = mapped_column(String(200))
+    timezone: Mapped[str] = mapped_column(String(100), default="UTC")
+    automation: Mapped[str | None] = mapped_column(String(200))
+    prompt: Mapped[str | None] = mapped_column(Text)
+    agent_config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    run_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    next_fire_at: Mapped[dt.datetime | None]
+    last_fired_at: Mapped[dt.datetime | None]
+    last_spawn_error: Mapped[str | None] = mapped_column(String(1000))
+    managed_by: Mapped[str] = mapped_column(String(20))  # definitions | api
+    definition_path: Mapped[str | None] = mapped_column(String(1000))
+    spec_digest: Mapped[str | None] = mapped_column(String(64))
+    creator_uid: Mapped[str | None] = mapped_column(String(100))
+    creator_display_name: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+
+
+class ScheduleFire(Base):
+    """One fire of a schedule: the primary key (schedule, fire time) is what makes a fire happen once.
+
+    Every replica's scheduler inserts this row with ON CONFLICT DO NOTHING in the transaction that starts
+    the run; the one that gets the row starts it, the others start nothing. ``run_id`` is NULL when
+    the fire could not start a run (``error`` says why). ``fire_time`` NULL never occurs; a manual
+    "run now" writes no fire row.
+    """
+
+    __tablename__ = "schedule_fires"
+    schedule_uid: Mapped[str] = mapped_column(
+        ForeignKey("schedules.uid", ondelete="CASCADE"), primary_key=True
+    )
+    fire_time: Mapped[dt.datetime] = mapped_column(primary_key=True)
+    run_id: Mapped[str | None] = mapped_column(String(40))
+    error: Mapped[str | None] = mapped_column(String(1000))
+    created_at: Mapped[dt.datetime]
+
+
 class ApplyRecord(Base):
     """One reconcile attempt of one factory: revision, outcome, duration, summary and errors."""
 
@@ -332,7 +389,7 @@ class Run(Base):
     agent_config: Mapped[dict[str, Any]] = mapped_column(default=dict)
     config_name: Mapped[str | None] = mapped_column(String(200), index=True)
     model_id: Mapped[str | None] = mapped_column(String(200))
-    source: Mapped[str] = mapped_column(String(30))  # API | CLI | CUSTOM_WEBHOOK | FACTORY
+    source: Mapped[str] = mapped_column(String(30))  # API | CLI | CUSTOM_WEBHOOK | FACTORY | SCHEDULED_AGENT
     creator_type: Mapped[str] = mapped_column(String(30))  # user | service_account
     creator_uid: Mapped[str] = mapped_column(String(100))
     creator_display_name: Mapped[str | None] = mapped_column(String(200))
@@ -343,6 +400,9 @@ class Run(Base):
     webhook_uid: Mapped[str | None] = mapped_column(String(40))
     delivery_id: Mapped[str | None] = mapped_column(String(300))
     conversation_id: Mapped[str | None] = mapped_column(String(100))
+    # Scheduled runs: the schedule's uid, and its name and cron expression when the run was created.
+    schedule_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    schedule: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     parent_run_id: Mapped[str | None] = mapped_column(String(40))
     # "" means service-hosted (worker_host unset or "warp"); otherwise only that worker may claim.
     worker_host: Mapped[str] = mapped_column(String(200), default="")
