@@ -43,6 +43,8 @@ ROUTE_MODULES: tuple[str, ...] = (
     "api.ingress.routes",
     "api.claims.routes",
     "api.environments.routes",
+    "api.schedules.routes",
+    "api.agents.routes",
 )
 
 Lifecycle = Callable[[web.Application], AsyncIterator[None]]
