@@ -4,8 +4,8 @@ Both functions take the caller's session and never commit: :func:`reconciler.ser
 runs read, checks, plan and apply in one transaction, so an apply is all or nothing.
 
 Reading is a fixed number of queries per factory (factory, webhooks, automations, environments,
-secrets), whatever its size, and builds no ORM objects; writing touches only the rows the plan names
-(one UPDATE per changed object, INSERTs for created ones).
+schedules, secrets), whatever its size, and builds no ORM objects; writing touches only the rows the
+plan names (one UPDATE per changed object, INSERTs for created ones).
 
 What each change does:
 
@@ -18,6 +18,10 @@ rotation").
   webhook names (``filter.webhooks``) resolve to the UIDs the store holds or this apply just minted
   (webhooks are written first), and the stored triggers carry them as ``filter.resolved_webhook_ids``.
 - automation and environment delete: the row (and its routing rows) is removed.
+- schedule create/update: the file's fields (``config`` as ``agent_config``); ``next_fire_at`` only on
+  create and when cron, time zone or ``enabled`` change (:mod:`reconciler.schedules`). Delete removes
+  the row and, by cascade, its fires. The automation it names is stored by name: the scheduler
+  resolves it when the schedule fires.
 - replace (rename): a delete of the old name plus a create of the new one.
 """
 
@@ -30,6 +34,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from reconciler import schedules
 from reconciler.errors import ReconcileError
 from reconciler.plan import Change, Plan, StoredObject, StoreState, factory_fields
 from reconciler.specs import (
@@ -37,11 +42,12 @@ from reconciler.specs import (
     AutomationSpec,
     EnvironmentSpec,
     FactoryDefinition,
+    ScheduleSpec,
     WebhookSpec,
     digest,
 )
 from store import ids
-from store.models import Automation, AutomationWebhook, Environment, Factory, Secret, Webhook
+from store.models import Automation, AutomationWebhook, Environment, Factory, Schedule, Secret, Webhook
 
 MANAGED_BY = "definitions"
 
@@ -82,7 +88,7 @@ async def find_factory(session: AsyncSession, team_id: str, name: str) -> Factor
 
 
 async def read_state(session: AsyncSession, team_id: str | None, factory_name: str) -> StoreState:
-    """Everything a plan compares against, in five queries; ``team_id`` None (no such team) is empty."""
+    """Everything a plan compares against, in six queries; ``team_id`` None (no such team) is empty."""
     if team_id is None:
         return StoreState()
     secrets_stmt = select(Secret.name, Secret.current_version).where(Secret.team_id == team_id)
@@ -133,6 +139,7 @@ async def read_state(session: AsyncSession, team_id: str | None, factory_name: s
             for e in envs
             if e.factory_uid == uid
         },
+        schedules=await schedules.read(session, factory.uid),
         secret_versions=secrets,
         taken_environments=taken,
     )
@@ -251,6 +258,18 @@ class _Writer:
             Environment, change, "environment", ids.ENVIRONMENT, spec.name, values, managed_by=MANAGED_BY
         )
 
+    async def schedule(self, change: Change, spec: ScheduleSpec | None) -> None:
+        if change.action in ("delete", "replace"):
+            uid = change.uid if change.action == "delete" else change.old_uid
+            # Its fires (schedule_fires) go with it: ON DELETE CASCADE.
+            await self.session.execute(delete(Schedule).where(Schedule.uid == uid))
+        if spec is None or change.action == "delete":
+            return
+        values = schedules.values(spec, change, self.now)
+        await self._write(
+            Schedule, change, "schedule", ids.SCHEDULE, spec.name, values, managed_by=MANAGED_BY
+        )
+
     def webhook_uids(self) -> dict[str, str | None]:
         """Webhook name -> UID: the store's, then those minted by this apply (new and renamed files)."""
         stored: dict[str, str | None] = {name: obj.uid for name, obj in self.state.webhooks.items()}
@@ -327,6 +346,7 @@ async def apply_plan(
     webhooks: Mapping[str, WebhookSpec] = {w.name: w for w in definition.webhooks}
     environments: Mapping[str, EnvironmentSpec] = {e.name: e for e in definition.environments}
     automations: Mapping[str, AutomationSpec] = {a.name: a for a in definition.automations}
+    schedule_specs: Mapping[str, ScheduleSpec] = {s.name: s for s in definition.schedules}
     for change in plan.changes:
         if change.kind == "webhook":
             await writer.webhook(change, webhooks.get(change.name))
@@ -334,6 +354,8 @@ async def apply_plan(
             await writer.environment(change, environments.get(change.name))
         elif change.kind == "automation":
             await writer.automation(change, automations.get(change.name))
+        elif change.kind == "schedule":
+            await writer.schedule(change, schedule_specs.get(change.name))
     if plan.has_changes:
         factory.updated_at = now
     if writer.routing:  # after their automations exist (foreign key)

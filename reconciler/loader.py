@@ -35,6 +35,7 @@ from reconciler.specs import (
     FactoryDefinition,
     FactorySpec,
     Location,
+    ScheduleSpec,
     TriggerSpec,
     WebhookSpec,
     canonical_scheme,
@@ -46,6 +47,7 @@ OUTSIDE = "symlink points outside the factory directory"
 NOT_FOLLOWED = "symlink not followed: definitions from a git source are read from the commit's tree"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 YAML_SUFFIXES = (".yaml", ".yml")
+SCHEDULE_VALUES = ("cron", "timezone", "automation")
 
 
 @dataclass
@@ -426,6 +428,19 @@ class _Loader:
                 out.append(EnvironmentSpec(name=name, path=rel, spec=doc.data, locations=doc.locations()))
         return out
 
+    def schedules(self) -> list[ScheduleSpec]:
+        out = []
+        for rel, name in self.yaml_files("schedules", "schedule"):
+            text = self.read(rel)
+            doc = None if text is None else self.document(rel, "schedule", text)
+            if doc is not None:
+                # The rules judge these values (FC070-FC072): point at the value, where the fix goes.
+                values = {
+                    k: Location(doc.display, *doc.marks.value((k,))) for k in SCHEDULE_VALUES if k in doc.data
+                }
+                out.append(ScheduleSpec.from_document(name, rel, doc.data, doc.locations() | values))
+        return out
+
     def digest(self) -> str:
         sha = hashlib.sha256()
         for rel in sorted(self.contents):
@@ -437,7 +452,7 @@ class _Loader:
 
 def load(root: Path, *, follow_symlinks: bool = True) -> LoadResult:
     """Load the factory directory ``root`` (``factory.yaml``, ``webhooks/``, ``automations/``,
-    ``environments/``). Never raises for bad input: every problem is a diagnostic.
+    ``environments/``, ``schedules/``). Never raises for bad input: every problem is a diagnostic.
 
     Symlinks whose real path stays inside the root are followed; with ``follow_symlinks=False`` (a git
     snapshot, where the commit's tree is the truth) none is, and each is a diagnostic.
@@ -455,6 +470,7 @@ def load(root: Path, *, follow_symlinks: bool = True) -> LoadResult:
         )
     factory = loader.factory()
     webhooks, automations, environments = loader.webhooks(), loader.automations(), loader.environments()
+    schedules = loader.schedules()
     definition = None
     if factory is not None:
         definition = FactoryDefinition(
@@ -463,6 +479,7 @@ def load(root: Path, *, follow_symlinks: bool = True) -> LoadResult:
             webhooks=tuple(webhooks),
             automations=tuple(automations),
             environments=tuple(environments),
+            schedules=tuple(schedules),
             content_digest=loader.digest(),
         )
     return LoadResult(definition, loader.diagnostics, loader.files, shown)

@@ -6,7 +6,7 @@
 - webhook UIDs referenced by triggers exist in this factory (FC043);
 - every secret fits its use (FC044; docs/management.md, "Team secrets"): a webhook's ``secretName`` is a
   ``webhook`` secret, and what runs reference (an environment's ``secrets``, ``secret:NAME`` values in the
-  ``mcp_servers`` of ``factory.yaml`` agents and of automations) are ``run`` secrets
+  ``mcp_servers`` of ``factory.yaml`` agents, automations and schedules) are ``run`` secrets
   (:func:`store.secrets.webhook_problem` and :func:`store.secrets.run_problem`, the rules the API keeps).
   A run reference to a missing secret is left to run creation (422), as before.
 
@@ -120,7 +120,7 @@ async def _webhook(
 
 def _run_refs(definition: FactoryDefinition) -> Iterator[tuple[str, str, Mapping[str, Location], str]]:
     """``(secret name, key, locations, file)`` for every secret a run started from ``definition`` may
-    reference: environments' ``secrets``, MCP ``secret:NAME`` values of agents and automations."""
+    reference: environments' ``secrets``, MCP ``secret:NAME`` values of agents, automations and schedules."""
     root = definition.root
     for environment in definition.environments:
         names: Any = (environment.spec or {}).get("secrets") or []
@@ -135,6 +135,9 @@ def _run_refs(definition: FactoryDefinition) -> Iterator[tuple[str, str, Mapping
     for automation in definition.automations:
         for key, name in secrets.mcp_secret_refs(automation.config.get("mcp_servers")):
             yield name, f"config.{key}", automation.locations, f"{root}/{automation.path}"
+    for schedule in definition.schedules:
+        for key, name in secrets.mcp_secret_refs(schedule.config.get("mcp_servers")):
+            yield name, f"config.{key}", schedule.locations, f"{root}/{schedule.path}"
 
 
 async def _run_references(

@@ -11,11 +11,18 @@ Environment repositories: every ``repos[].url`` and ``ref`` must be something gi
 
 Environments: an ``environment_id`` must name ``environments/<name>.yaml`` in the same tree, or an
 environment the caller knows from the store (``known_environments``); offline, only the tree counts.
+
+Schedules: what their schema cannot judge — the cron expression (FC070) and the time zone (FC071), by
+:mod:`store.cron`, the parser the scheduler fires by, so an expression that validates is one it can fire;
+``automation`` naming an automation of the same tree (FC072): the scheduler resolves it by name when
+the schedule fires, so it must exist once this tree is applied.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
+import zoneinfo
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -27,8 +34,9 @@ from reconciler.specs import (
     EnvironmentSpec,
     FactoryDefinition,
     Location,
+    ScheduleSpec,
 )
-from store import payload_filter
+from store import cron, payload_filter
 
 UID_RE = re.compile(r"^wh_[0-9a-z]{26}$")
 DEFAULT_AGENT = "foreman"
@@ -76,6 +84,9 @@ def check(
     out += _duplicates(
         "environment", ((e.name, e.path, e.locations) for e in definition.environments), definition.root
     )
+    out += _duplicates(
+        "schedule", ((s.name, s.path, s.locations) for s in definition.schedules), definition.root
+    )
     for env in definition.environments:
         out += _repositories(env, definition.root)
     environments = {e.name for e in definition.environments} | set(known_environments)
@@ -86,6 +97,9 @@ def check(
         )
     for automation in definition.automations:
         out += _automation(automation, definition, agents, environments, known_uids or {})
+    automations = {a.name for a in definition.automations}
+    for schedule in definition.schedules:
+        out += _schedule(schedule, automations, environments, definition.root)
     return sorted(out, key=lambda d: (d.path, d.line, d.column, d.rule))
 
 
@@ -210,3 +224,30 @@ def _missing_webhook(name: str, stems: set[str], where: Location, root: str) -> 
     else:
         hint = f"add webhooks/{name}.yaml or name one of the factory's webhooks"
     return _at("FC032", message, where, root, hint)
+
+
+def _schedule(
+    schedule: ScheduleSpec, automations: set[str], environments: set[str], root: str
+) -> list[Diagnostic]:
+    """FC070-FC072 for one schedule, and FC060 for the environment its ``config`` names."""
+    locations, fallback = schedule.locations, _file(root, schedule.path)
+    out = _environment(schedule.config, "config", locations, environments, root)
+    try:
+        cron.parse(schedule.cron)
+    except cron.CronError as exc:  # the message names the field, the value and why
+        hint = None if exc.field is None else f"the fields are {', '.join(cron.FIELD_NAMES)}"
+        where = _place(locations, "cron", root)
+        out.append(_at("FC070", f"invalid cron expression: {exc.message}", where, fallback, hint))
+    try:
+        cron.zone(schedule.timezone)
+    except cron.CronError as exc:
+        near = difflib.get_close_matches(schedule.timezone, zoneinfo.available_timezones(), n=1, cutoff=0.8)
+        hint = f"did you mean '{near[0]}'?" if near and f"'{near[0]}'" not in exc.message else None
+        out.append(_at("FC071", exc.message, _place(locations, "timezone", root), fallback, hint))
+    name = schedule.automation
+    if name is not None and name not in automations:
+        defined = ", ".join(sorted(automations)) or "none"
+        message = f"automation '{name}' is not defined in this factory (automations: {defined})"
+        hint = f"add automations/{name}/automation.md or name one of the factory's automations"
+        out.append(_at("FC072", message, _place(locations, "automation", root), fallback, hint))
+    return out

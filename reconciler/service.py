@@ -164,11 +164,13 @@ class _Checks:
             if owner is not None:
                 message = f"environment {env.name!r} already exists in this team ({owner})"
                 diagnostics.append(Diagnostic("FC020", message, _shown(definition, env.path)))
-        if not self.allow_empty and not definition.webhooks and not definition.automations:
+        if not self.allow_empty and not (
+            definition.webhooks or definition.automations or definition.schedules
+        ):
             diagnostics.append(
                 Diagnostic(
                     "FC050",
-                    "the tree has no webhooks and no automations: applying it would delete them all",
+                    "the tree has no webhooks, automations or schedules: applying it would delete them all",
                     _shown(definition, definition.factory.path),
                     hint="pass --allow-empty to apply it anyway",
                 )

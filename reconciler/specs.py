@@ -170,6 +170,56 @@ class EnvironmentSpec:
 
 
 @dataclass(frozen=True)
+class ScheduleSpec:
+    """``schedules/<name>.yaml``: a cron expression in a time zone that starts runs.
+
+    Either ``automation`` (a name of this factory's automations, resolved when the schedule fires) or
+    ``prompt`` with ``config`` says what a fire runs. ``description`` is documentation only: it has no
+    column, so it is neither stored nor compared (editing it plans no change).
+    """
+
+    name: str
+    path: str
+    cron: str
+    timezone: str = "UTC"
+    automation: str | None = None
+    prompt: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    enabled: bool = True
+    description: str | None = None
+    locations: dict[str, Location] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_document(
+        cls, name: str, path: str, data: Mapping[str, Any], locations: dict[str, Location]
+    ) -> ScheduleSpec:
+        """The spec of a document that passed ``schedule.schema.json``."""
+        return cls(
+            name=name,
+            path=path,
+            cron=data["cron"],
+            timezone=data.get("timezone", "UTC"),
+            automation=data.get("automation"),
+            prompt=data.get("prompt"),
+            config=data.get("config", {}),
+            enabled=data.get("enabled", True),
+            description=data.get("description"),
+            locations=locations,
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """The compared fields; ``config`` is stored as ``agent_config``."""
+        return {
+            "cron": self.cron,
+            "timezone": self.timezone,
+            "automation": self.automation,
+            "prompt": self.prompt,
+            "config": self.config,
+            "enabled": self.enabled,
+        }
+
+
+@dataclass(frozen=True)
 class FactoryDefinition:
     """Everything one factory directory declares, plus a content digest of its files."""
 
@@ -179,3 +229,4 @@ class FactoryDefinition:
     automations: tuple[AutomationSpec, ...] = ()
     environments: tuple[EnvironmentSpec, ...] = ()
     content_digest: str = ""
+    schedules: tuple[ScheduleSpec, ...] = ()

@@ -34,14 +34,18 @@ def register(sub: Any) -> None:
         "--detailed-exitcode", action="store_true", help="exit 0 no changes, 1 error, 2 changes"
     )
     plan.add_argument("--format", choices=("text", "json"), default="text")
-    plan.add_argument("--allow-empty", action="store_true", help="plan a tree with no webhooks/automations")
+    plan.add_argument(
+        "--allow-empty", action="store_true", help="plan a tree with no webhooks/automations/schedules"
+    )
     plan.add_argument("--team", default=DEFAULT_TEAM)
     plan.set_defaults(handler=_plan)
     apply = sub.add_parser("apply", help="apply a factory directory to the store, atomically")
     apply.add_argument("path", metavar="PATH", help="factory directory (holds factory.yaml)")
     apply.add_argument("--git-revision", metavar="SHA", help="revision to record (default: content digest)")
     apply.add_argument("--auto-approve", action="store_true", help="apply without asking")
-    apply.add_argument("--allow-empty", action="store_true", help="apply a tree with no webhooks/automations")
+    apply.add_argument(
+        "--allow-empty", action="store_true", help="apply a tree with no webhooks/automations/schedules"
+    )
     apply.add_argument("--format", choices=("text", "json"), default="text")
     apply.add_argument("--team", default=DEFAULT_TEAM)
     apply.set_defaults(handler=_apply)

@@ -4,12 +4,13 @@ Every git command runs through :mod:`safegit`: the URL and branch are checked wh
 (an option-like or remote-helper URL never reaches git), and the URL always follows ``--``.
 
 Each new head commit is exported into ``<cache>/snapshots/<sha>`` — only what the loader reads:
-``factory.yaml``, the files of ``webhooks/`` and ``environments/``, and ``automations/<name>/*`` — and
-yielded once. Trees are listed one at a time with ``git ls-tree`` and every entry name is checked, so a
-tree git itself would refuse to check out (a name with ``/``, ``..``, a duplicate) cannot write outside
-the snapshot or crash the loop. Symlinks in the commit are exported as inert symlinks that the loader
-reports and never follows (``Snapshot.follow_symlinks`` is False); files over the loader's limit are
-exported as sparse files of the same size, so the loader refuses them by size without git reading them.
+``factory.yaml``, the files of ``webhooks/``, ``environments/`` and ``schedules/``, and
+``automations/<name>/*`` — and yielded once. Trees are listed one at a time with ``git ls-tree`` and
+every entry name is checked, so a tree git itself would refuse to check out (a name with ``/``, ``..``,
+a duplicate) cannot write outside the snapshot or crash the loop. Symlinks in the commit are exported
+as inert symlinks that the loader reports and never follows (``Snapshot.follow_symlinks`` is False);
+files over the loader's limit are exported as sparse files of the same size, so the loader refuses them
+by size without git reading them.
 
 Failures (docs/reconcile.md, "A failing revision" and "The loop's health"):
 
@@ -41,7 +42,7 @@ from reconciler import SourceError
 from reconciler.loader import MAX_FILE_BYTES
 from reconciler.sources import Snapshot
 
-DEFINITION_ROOTS = ("factory.yaml", "factory.yml", "webhooks", "automations", "environments")
+DEFINITION_ROOTS = ("factory.yaml", "factory.yml", "webhooks", "automations", "environments", "schedules")
 GIT_TIMEOUT_SECONDS = 120.0
 SYMLINK_PLACEHOLDER = "symlink-not-followed"  # what an exported symlink points at: nothing
 _KEEP_SNAPSHOTS = 3

@@ -74,6 +74,16 @@ def test_only_what_the_loader_reads_is_exported(repo: Repo, source: GitSource) -
     assert oct(os.stat(root / "webhooks" / "a.yaml").st_mode & 0o777) == "0o600"
 
 
+def test_schedules_are_exported_and_load(repo: Repo, source: GitSource) -> None:
+    schedule = repo.blob(b'cron: "0 2 * * *"\nprompt: Report.\n')
+    commit_root(repo, ("40000", "schedules", repo.tree(("100644", "nightly.yaml", schedule))))
+    root, paths = exported(source)
+    assert paths == ["factory.yaml", "schedules", "schedules/nightly.yaml"]
+    result = load(root, follow_symlinks=False)
+    assert result.ok and result.definition is not None
+    assert [(s.name, s.cron) for s in result.definition.schedules] == [("nightly", "0 2 * * *")]
+
+
 @pytest.mark.parametrize(
     ("name", "problem"),
     [

@@ -30,12 +30,11 @@ def test_example_factory_loads_into_specs() -> None:
     assert definition.factory.name == "example"
     assert set(definition.factory.agents) == {"foreman", "triage"}
     hooks = {w.name: w for w in definition.webhooks}
-    assert set(hooks) == {"github-issues", "stripe-payments", "nightly-cron", "alerts"}
+    assert set(hooks) == {"github-issues", "stripe-payments", "alerts"}
     assert hooks["github-issues"].auth_mode == "signature"
     assert hooks["github-issues"].signature_scheme == "github"
     assert hooks["github-issues"].path == "webhooks/github-issues.yaml"
     assert hooks["alerts"].auth_mode == "token" and hooks["alerts"].enabled is True
-    assert hooks["nightly-cron"].auth_mode == "url_token"
     autos = {a.name: a for a in definition.automations}
     triage = autos["triage-github-issues"]
     assert triage.agent == "triage"
@@ -44,9 +43,16 @@ def test_example_factory_loads_into_specs() -> None:
         "action": ["opened", "reopened"],
         "issue": {"labels": {"name": {"not_in": ["wontfix", "duplicate"]}}},
     }
-    assert autos["nightly-report"].triggers[0].payload_filter is None
+    assert autos["nightly-report"].triggers == ()
     assert [e.name for e in definition.environments] == ["example-repo"]
-    assert result.files == 9
+    schedules = {s.name: s for s in definition.schedules}
+    assert set(schedules) == {"nightly-report", "weekly-dependencies"}
+    assert (schedules["nightly-report"].automation, schedules["nightly-report"].timezone) == (
+        "nightly-report",
+        "Europe/Berlin",
+    )
+    assert schedules["weekly-dependencies"].config["environment_id"] == "example-repo"
+    assert result.files == 11
     assert len(definition.content_digest) == 64
 
 
