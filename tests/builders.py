@@ -4,8 +4,8 @@ Each builder writes one kind of row in the caller's session (the caller owns the
 flushes, and returns what the caller needs next. Where a store function exists the builder goes
 through it, so test data is made the way the product makes it: teams (:func:`store.teams.ensure_team`),
 API keys (:func:`store.apikeys.create_key`), secrets (:func:`store.secrets.create`) and runs
-(:func:`api.runs.records.create_run`). Factories, webhooks, automations, environments and delivery
-log entries are written only by API handlers, the reconciler's apply and ingress, so they are
+(:func:`api.runs.records.create_run`). Factories, webhooks, automations, environments, schedules and
+delivery log entries are written only by API handlers, the reconciler's apply and ingress, so they are
 inserted as ORM rows shaped as those leave them; an automation's routing rows come from
 :func:`reconciler.apply.routing_rows`, the function apply itself uses.
 
@@ -26,11 +26,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api.runs.records import Creator, NewAttachment, create_run
 from reconciler.apply import routing_rows
 from reconciler.specs import AutomationSpec, TriggerSpec
-from store import apikeys, ids
+from store import apikeys, cron, ids
 from store import secrets as secret_store
 from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
-from store.models import Automation, Base, Delivery, Environment, Factory, Run, Team, Webhook
+from store.models import Automation, Base, Delivery, Environment, Factory, Run, Schedule, Team, Webhook
 from store.teams import DEFAULT_TEAM, ensure_team
 
 OTHER_TEAM = "other-team"
@@ -310,6 +310,53 @@ async def environment(
             spec=dict(spec),
             managed_by=managed_by,
             definition_path=_definition_path(managed_by, definition_path, f"environments/{name}.yaml"),
+        ),
+    )
+
+
+async def schedule(
+    session: AsyncSession,
+    clock: Clock,
+    team_id: str,
+    name: str,
+    cron_expression: str,
+    *,
+    uid: str | None = None,
+    factory_uid: str | None = None,
+    timezone: str = "UTC",
+    automation: str | None = None,
+    prompt: str | None = None,
+    agent_config: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, str] | None = None,
+    enabled: bool = True,
+    next_fire_at: dt.datetime | None = None,
+    managed_by: str = "api",
+    definition_path: str | None = None,
+) -> Schedule:
+    """A schedule as the schedules API (``managed_by="api"``) or an apply (``"definitions"``) leaves it: an
+    enabled one's ``next_fire_at`` is the expression's first fire after the clock's now unless given, a
+    disabled one's is NULL. Without ``automation`` it runs ``prompt`` (default :data:`DEFAULT_PROMPT`); a
+    ``definitions`` one's ``definition_path`` defaults to ``schedules/<name>.yaml``."""
+    if enabled and next_fire_at is None:
+        next_fire_at = cron.next_fire(cron.parse(cron_expression), cron.zone(timezone), clock.now())
+    return await _added(
+        session,
+        Schedule(
+            **_definition(clock, team_id, ids.SCHEDULE, uid),
+            factory_uid=factory_uid,
+            name=name,
+            cron=cron_expression,
+            timezone=timezone,
+            automation=automation,
+            prompt=prompt if prompt is not None or automation is not None else DEFAULT_PROMPT,
+            agent_config=dict(agent_config or {}),
+            run_metadata=dict(metadata or {}),
+            enabled=enabled,
+            next_fire_at=next_fire_at if enabled else None,
+            last_fired_at=None,
+            last_spawn_error=None,
+            managed_by=managed_by,
+            definition_path=_definition_path(managed_by, definition_path, f"schedules/{name}.yaml"),
         ),
     )
 

@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api.ingress import lookup
 from api.ingress.direct import DirectSqlite
 from api.ingress.envelope import PAYLOAD_FILE, PAYLOAD_MIME, run_prompt
-from api.runs.config import resolve_config
+from api.runs.config import automation_config
 from api.runs.records import Creator, NewAttachment, build_run_row, insert_runs
 from store.clock import Clock
 from store.models import Delivery
@@ -163,7 +163,9 @@ def _start_runs(
             automation = automations.get(uid)
             if automation is None or (uid, p.webhook.uid, p.delivery_id) in already:
                 continue
-            config = _agent_config(automation)
+            config = automation_config(
+                automation.config, automation.agent, automation.factory_agents, automation.factory_worker_host
+            )
             row = build_run_row(
                 now,
                 team_id=p.webhook.team_id,
@@ -189,15 +191,6 @@ def _start_runs(
         started[index] = tuple(run_ids)
     insert_runs(conn, rows)
     return started
-
-
-def _agent_config(automation: lookup.AutomationRow) -> dict[str, Any]:
-    """The automation's config over its factory agent's defaults; the factory's ``workerHost`` last."""
-    defaults = automation.factory_agents.get(automation.agent)
-    config = resolve_config(None, automation.config, defaults if isinstance(defaults, dict) else None, None)
-    if not config.get("worker_host") and automation.factory_worker_host:
-        config["worker_host"] = automation.factory_worker_host
-    return config
 
 
 async def record(

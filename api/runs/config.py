@@ -64,6 +64,22 @@ def resolve_config(
     return resolved
 
 
+def automation_config(
+    config: Mapping[str, Any] | None,
+    agent: str,
+    factory_agents: Mapping[str, Any] | None,
+    factory_worker_host: str | None,
+) -> dict[str, Any]:
+    """An automation's run config: its ``config`` over its factory agent's defaults, then the factory's
+    ``workerHost`` when neither names a host. One function for every path that starts an automation's
+    run (webhook ingress, scheduled agents), so they cannot drift apart."""
+    defaults = (factory_agents or {}).get(agent)
+    resolved = resolve_config(None, config, defaults if isinstance(defaults, Mapping) else None, None)
+    if not resolved.get("worker_host") and factory_worker_host:
+        resolved["worker_host"] = factory_worker_host
+    return resolved
+
+
 def _copy(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _copy(v) for k, v in value.items()}

@@ -59,10 +59,12 @@ class RunFilters:
     updated_after: dt.datetime | None = None
     factory_uid: str | None = None
     automation_id: str | None = None
+    schedule_id: str | None = None
     q: str | None = None
 
     def params(self) -> dict[str, Any]:
-        """The filters as plain values, for cursor fingerprints."""
+        """The filters as plain values, for cursor fingerprints (unset filters leave no trace, so adding a
+        filter keeps the cursors of queries that do not use it valid)."""
         out: dict[str, Any] = {}
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
@@ -114,10 +116,14 @@ def build_run_row(
     worker_host: str | None = None,
     conversation_id: str | None = None,
     parent_run_id: str | None = None,
+    schedule_id: str | None = None,
+    schedule: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The attribute values of a new QUEUED run (``Run(**row)``), without touching a session.
 
     Lets a caller that creates many runs at once insert them with one statement (:func:`insert_runs`).
+    A scheduled run carries its schedule's uid and a snapshot of it (docs/schedules.md, "Runs started by
+    a schedule").
     """
     config = dict(agent_config)
     host = worker_host if worker_host is not None else config.get("worker_host")
@@ -145,6 +151,8 @@ def build_run_row(
         "delivery_id": delivery_id,
         "conversation_id": conversation_id,
         "parent_run_id": parent_run_id,
+        "schedule_id": schedule_id,
+        "schedule": dict(schedule) if schedule is not None else None,
         "worker_host": worker_host_of(host if isinstance(host, str) else None),
         "attempt": 0,
         "cancel_requested": False,
@@ -192,6 +200,8 @@ async def create_run(
     worker_host: str | None = None,
     conversation_id: str | None = None,
     parent_run_id: str | None = None,
+    schedule_id: str | None = None,
+    schedule: Mapping[str, Any] | None = None,
 ) -> Run:
     """Insert a QUEUED run with its attachments and flush (unique-index violations raise here).
 
@@ -215,6 +225,8 @@ async def create_run(
             worker_host=worker_host,
             conversation_id=conversation_id,
             parent_run_id=parent_run_id,
+            schedule_id=schedule_id,
+            schedule=schedule,
         )
     )
     session.add(run)
@@ -334,6 +346,7 @@ def _filtered(team_id: str, filters: RunFilters) -> Select[Run]:
         (Run.source, filters.source),
         (Run.factory_uid, filters.factory_uid),
         (Run.automation_id, filters.automation_id),
+        (Run.schedule_id, filters.schedule_id),
     ):
         if value is not None:
             conds.append(column == value)

@@ -24,7 +24,7 @@ from api.runs.config import validate_config, validate_skill_spec
 from api.runs.records import NewAttachment, RunFilters
 from api.runs.states import RunState
 
-SOURCES = ("API", "CLI", "CUSTOM_WEBHOOK", "FACTORY")
+SOURCES = ("API", "CLI", "CUSTOM_WEBHOOK", "FACTORY", "SCHEDULED_AGENT")
 SORT_BY = ("updated_at", "created_at", "title")
 SORT_ORDER = ("desc", "asc")
 MAX_PROMPT = 200_000
@@ -258,6 +258,7 @@ def parse_list_query(query: MultiMapping[str]) -> ListQuery:
         updated_after=times.get("updated_after"),
         factory_uid=query.get("factory_uid"),
         automation_id=query.get("automation_id"),
+        schedule_id=query.get("schedule_id"),
         q=query.get("q") or None,
     )
     return ListQuery(filters=filters, sort_by=sort_by, sort_order=sort_order)

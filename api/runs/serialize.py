@@ -12,7 +12,8 @@ EXECUTION_LOCATION = "REMOTE"
 
 
 def run_item(run: Run, attachments: Sequence[str] = ()) -> dict[str, Any]:
-    """RunItem: identity, prompt, state, timestamps (RFC 3339 UTC), config, origin and factory fields."""
+    """RunItem: identity, prompt, state, timestamps (RFC 3339 UTC), config, origin and factory fields;
+    ``schedule`` only for scheduled runs (docs/schedules.md, "Runs started by a schedule")."""
     return {
         "run_id": run.run_id,
         "task_id": run.run_id,
@@ -44,8 +45,17 @@ def run_item(run: Run, attachments: Sequence[str] = ()) -> dict[str, Any]:
         "automation_id": run.automation_id,
         "webhook_uid": run.webhook_uid,
         "delivery_id": run.delivery_id,
+        "schedule": schedule_info(run.schedule),
         "attachments": list(attachments),
     }
+
+
+def schedule_info(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The SDK's ``RunItem.schedule`` ``{cron_schedule, schedule_id, schedule_name}`` from the snapshot
+    stored when the run was created (the schedule may have been renamed or deleted since)."""
+    if not value:
+        return None
+    return {key: value.get(key) for key in ("cron_schedule", "schedule_id", "schedule_name")}
 
 
 def status_message(value: dict[str, Any] | None) -> dict[str, Any] | None:

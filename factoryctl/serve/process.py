@@ -23,6 +23,7 @@ from api.ingress.retention import retention_job
 from api.management.validate import VALIDATOR
 from api.ops import JsonAccessLogger
 from api.redaction import install_log_redaction
+from api.schedules.scheduler import schedule_scheduler
 from factoryctl.context import CliContext
 from factoryctl.serve.local_workers import service_workers
 from factoryctl.serve.reconcile import make_source, reconciler_lifecycle
@@ -174,6 +175,9 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
         out.append(reconciler_lifecycle(source, label, options.team))
     # The lease reaper runs even with --workers 0: self-hosted workers hold leases too.
     out.append(lease_reaper())
+    # Every replica runs the scheduler; a schedule's fire row decides which one starts a run
+    # (docs/schedules.md, "How schedules fire").
+    out.append(schedule_scheduler())
     # Service-hosted workers; agents never inherit the server's credentials.
     out.append(
         service_workers(
