@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"admin API key file: {key_file}")
     if len(alerts) == 3:
         uid, _mode, token = alerts
-        print("\npost a sample delivery to the 'alerts' webhook (starts the nightly-report automation):")
+        print("\npost a sample delivery to the 'alerts' webhook (starts the alert-triage automation):")
         print(
             f"  curl -sS -X POST {base}/webhooks/w/{uid} -H 'Authorization: Bearer {token}' "
             '-H \'X-Alert-Id: demo-1\' -d \'{"service": "api", "severity": "high"}\''

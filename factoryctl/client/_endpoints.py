@@ -116,6 +116,18 @@ def parse_page_of(key: str, cls: type[M]) -> Callable[[httpx.Response], Page[M]]
     return lambda response: parse_page(response.json(), key, cls)
 
 
+def parse_list_of(key: str, cls: type[M]) -> Callable[[httpx.Response], list[M]]:
+    """Every item of an unpaged list answer ``{<key>: [...]}`` (secrets, schedules, environments...)."""
+
+    def parse(response: httpx.Response) -> list[M]:
+        data = response.json()
+        if not isinstance(data, dict) or not isinstance(data.get(key), list):
+            raise TypeError(f"expected an object with a {key!r} list")
+        return [cls.from_json(x) for x in data[key]]
+
+    return parse
+
+
 def parse_nothing(response: httpx.Response) -> None:
     del response
 

@@ -40,6 +40,15 @@ class RunStatusMessage(Model):
 
 
 @dataclass(frozen=True)
+class RunSchedule(Model):
+    """The schedule a run came from (runs with ``source: SCHEDULED_AGENT``)."""
+
+    schedule_id: str
+    schedule_name: str | None = None
+    cron_schedule: str | None = None
+
+
+@dataclass(frozen=True)
 class Run(Model):
     """RunItem: the same shape from the list and from the single GET."""
 
@@ -71,6 +80,7 @@ class Run(Model):
     webhook_uid: str | None = None
     delivery_id: str | None = None
     attachments: list[str] = field(default_factory=list)
+    schedule: RunSchedule | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -261,6 +271,143 @@ class FilterTestResult(Model):
     @property
     def would_trigger(self) -> bool:
         return self.webhook_check.passed and self.payload_check.passed
+
+
+# --- scheduled agents, environments, agents (the SDK's /agent surfaces) -----------------------------
+
+
+@dataclass(frozen=True)
+class Scope(Model):
+    """Who owns a resource: ``{"type": "Team", "uid": ...}``."""
+
+    type: str | None = None
+    uid: str | None = None
+
+
+@dataclass(frozen=True)
+class ScheduledAgentHistory(Model):
+    """When a schedule last started a run and when it will next (None: never / not while paused)."""
+
+    last_ran: dt.datetime | None = None
+    next_run: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class ScheduledAgent(Model):
+    """ScheduledAgentItem: the SDK's shape plus our extensions (``timezone`` to ``automation``).
+
+    ``history`` is never None here (a null one reads as "no runs, no next run"), so callers can write
+    ``item.history.next_run``. ``managed_by`` is ``definitions`` for a ``schedules/*.yaml`` file
+    (``definition_path``), which the API refuses to change (409), or ``api``.
+    """
+
+    id: str
+    name: str
+    cron_schedule: str
+    prompt: str = ""
+    enabled: bool = True
+    agent_config: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    history: ScheduledAgentHistory = field(default_factory=ScheduledAgentHistory)
+    last_spawn_error: str | None = None
+    scope: Scope | None = None
+    created_by: RunCreator | None = None  # the same UserProfile shape as a run's creator
+    created_at: dt.datetime | None = None
+    updated_at: dt.datetime | None = None
+    timezone: str = "UTC"
+    managed_by: str | None = None
+    factory_uid: str | None = None
+    definition_path: str | None = None
+    automation: str | None = None
+
+
+@dataclass(frozen=True)
+class GitHubRepo(Model):
+    owner: str
+    repo: str
+
+
+@dataclass(frozen=True)
+class EnvironmentRepo(Model):
+    """Any repository an environment clones (credentials in ``url`` shown as ``***``)."""
+
+    url: str
+    ref: str | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class CloudEnvironmentConfig(Model):
+    """``github_repos`` holds the github.com repositories only; ``repos`` (our extension) every one."""
+
+    name: str | None = None
+    description: str | None = None
+    github_repos: list[GitHubRepo] = field(default_factory=list)
+    setup_commands: list[str] = field(default_factory=list)
+    docker_image: str | None = None
+    repos: list[EnvironmentRepo] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EnvironmentTask(Model):
+    """The most recent run created in an environment (``last_task_created``)."""
+
+    id: str
+    state: str | None = None
+    title: str | None = None
+    created_at: dt.datetime | None = None
+    updated_at: dt.datetime | None = None
+    started_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class CloudEnvironment(Model):
+    """An environment as ``GET /agent/environments`` lists it (the SDK's CloudEnvironment)."""
+
+    uid: str
+    config: CloudEnvironmentConfig = field(default_factory=CloudEnvironmentConfig)
+    last_updated: dt.datetime | None = None
+    setup_failed: bool = False
+    last_task_created: EnvironmentTask | None = None
+    last_task_run_timestamp: dt.datetime | None = None
+    scope: Scope | None = None
+
+
+@dataclass(frozen=True)
+class VariantEnvironment(Model):
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class VariantSource(Model):
+    """Where a skill was found: ``owner/name`` and the SKILL.md path in it."""
+
+    owner: str
+    name: str
+    skill_path: str
+    worker_host: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentVariant(Model):
+    """One SKILL.md of an agent; ``id`` is ``owner/repo:skill_path``, a run's ``skill_spec``."""
+
+    id: str
+    base_prompt: str = ""
+    description: str = ""
+    environments: list[VariantEnvironment] = field(default_factory=list)
+    source: VariantSource | None = None
+    error: str | None = None  # a malformed SKILL.md (only with include_malformed_skills)
+    last_run_timestamp: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class AgentSkill(Model):
+    """An agent (``GET /agent``): skills of one name, one variant per repository that defines it."""
+
+    name: str
+    variants: list[AgentVariant] = field(default_factory=list)
 
 
 # --- secrets, validation, workers ------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Each function builds the :class:`~factoryctl.client._transport.RequestSpec` of one call; the resource
 classes expose them as methods in every mode (see :mod:`factoryctl.client._endpoints`). Webhooks, their
-deliveries and automations live in :mod:`factoryctl.client.webhook_resources`, the worker protocol in
+deliveries and automations live in :mod:`factoryctl.client.webhook_resources`, scheduled agents and the
+SDK's ``/agent`` listings in :mod:`factoryctl.client.agent_resources`, the worker protocol in
 :mod:`factoryctl.client.worker_resources`.
 """
 
@@ -20,11 +21,13 @@ from factoryctl.client._endpoints import (
     endpoint,
     json_body,
     paginated,
+    parse_list_of,
     parse_model,
     parse_nothing,
     parse_page_of,
 )
 from factoryctl.client._transport import RequestSpec, path, query
+from factoryctl.client.agent_resources import Agents, Schedules
 from factoryctl.client.models import (
     Attachment,
     Factory,
@@ -88,9 +91,11 @@ def list_runs(
     updated_after: str | None = None,
     factory_uid: str | None = None,
     automation_id: str | None = None,
+    schedule_id: str | None = None,
     q: str | None = None,
 ) -> RequestSpec[Page[Run]]:
-    """One page of runs (``GET /agent/runs``); timestamps are RFC 3339 strings."""
+    """One page of runs (``GET /agent/runs``); timestamps are RFC 3339 strings; ``schedule_id``: the runs
+    a scheduled agent started (``Run.schedule``)."""
     params = query(
         limit=limit,
         cursor=cursor,
@@ -106,6 +111,7 @@ def list_runs(
         updated_after=updated_after,
         factory_uid=factory_uid,
         automation_id=automation_id,
+        schedule_id=schedule_id,
         q=q,
     )
     return RequestSpec("GET", f"{V1}/agent/runs", parse_page_of("runs", Run), params=params)
@@ -214,16 +220,9 @@ class Factories(Resource[Mode]):
 # --- secrets and files -----------------------------------------------------------------------------
 
 
-def _secrets(response: httpx.Response) -> list[Secret]:
-    data = response.json()
-    if not isinstance(data, dict) or not isinstance(data.get("secrets"), list):
-        raise TypeError("expected an object with a 'secrets' list")
-    return [Secret.from_json(x) for x in data["secrets"]]
-
-
 def list_secrets() -> RequestSpec[list[Secret]]:
     """Names, versions and users of the team's secrets (never values)."""
-    return RequestSpec("GET", f"{V1}/secrets", _secrets)
+    return RequestSpec("GET", f"{V1}/secrets", parse_list_of("secrets", Secret))
 
 
 def create_secret(name: str, value: str | None = None, *, scope: str | None = None) -> RequestSpec[Secret]:
@@ -283,3 +282,5 @@ class Resources(Generic[Mode]):
         self.secrets: Secrets[Mode] = Secrets(executor)
         self.files: Files[Mode] = Files(executor)
         self.workers: Workers[Mode] = Workers(executor)
+        self.schedules: Schedules[Mode] = Schedules(executor)
+        self.agents: Agents[Mode] = Agents(executor)

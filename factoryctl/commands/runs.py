@@ -29,7 +29,7 @@ STATES = (
     "ERROR",
     "CANCELLED",
 )
-SOURCES = ("API", "CLI", "CUSTOM_WEBHOOK", "FACTORY")
+SOURCES = ("API", "CLI", "CUSTOM_WEBHOOK", "FACTORY", "SCHEDULED_AGENT")
 
 
 def register(sub: Any) -> None:
@@ -71,6 +71,7 @@ def register(sub: Any) -> None:
     lst.add_argument("--updated-after", metavar="RFC3339")
     lst.add_argument("--factory", metavar="UID")
     lst.add_argument("--automation", metavar="ID")
+    lst.add_argument("--schedule-id", metavar="ID", help="runs a scheduled agent started")
     lst.add_argument("-q", "--query", help="substring of title or prompt")
     lst.add_argument("--sort-by", choices=("updated_at", "created_at", "title"))
     lst.add_argument("--sort-order", choices=("desc", "asc"))
@@ -180,6 +181,7 @@ def _list_filters(args: argparse.Namespace) -> dict[str, Any]:
         "updated_after": args.updated_after,
         "factory_uid": args.factory,
         "automation_id": args.automation,
+        "schedule_id": args.schedule_id,
         "q": args.query,
         "sort_by": args.sort_by,
         "sort_order": args.sort_order,
@@ -200,10 +202,10 @@ def _list(client: FactoryClient, args: argparse.Namespace) -> None:
         print(json.dumps({"runs": runs, "page_info": info}, indent=2))
         return
     if runs:
-        print(f"{'RUN ID':<30} {'STATE':<10} {'UPDATED':<24} {'SOURCE':<14} TITLE")
+        print(f"{'RUN ID':<30} {'STATE':<10} {'UPDATED':<24} {'SOURCE':<15} TITLE")
     for run in runs:
         stamp = run["updated_at"]
-        print(f"{run['run_id']:<30} {run['state']:<10} {stamp:<24} {run['source']:<14} {run['title']}")
+        print(f"{run['run_id']:<30} {run['state']:<10} {stamp:<24} {run['source']:<15} {run['title']}")
     if cursor:
         print(f"more runs: --cursor {cursor}", file=sys.stderr)
 

@@ -17,10 +17,10 @@ import argparse
 import itertools
 import json
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from factoryctl.commands._http import UsageError, common_options, handler
+from factoryctl.commands._output import fields, table
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a verb runs, not for --help
     from factoryctl.client import Delivery, FactoryClient, FilterTestResult, Webhook, WebhookWithSecret
@@ -101,30 +101,6 @@ def _json(data: object) -> None:
     print(json.dumps(data, indent=2))
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Rows under headers: a rich table on a terminal, plain aligned columns otherwise."""
-    if sys.stdout.isatty():
-        from rich import box
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(*headers, box=box.SIMPLE_HEAD, header_style="bold")
-        for row in rows:
-            table.add_row(*row)
-        Console().print(table)
-        return
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    for line in (headers, *rows):
-        print("  ".join(cell.ljust(w) for cell, w in zip(line[:-1], widths, strict=False)) + "  " + line[-1])
-
-
-def _fields(pairs: Sequence[tuple[str, object]]) -> None:
-    width = max(len(k) for k, _ in pairs) + 1
-    for key, value in pairs:
-        if value is not None and value != "":
-            print(f"{key + ':':<{width}} {value}")
-
-
 def _stamp(model: Webhook | Delivery, key: str) -> str:
     """A timestamp exactly as the server wrote it (RFC 3339, UTC)."""
     value = model.raw.get(key)
@@ -154,7 +130,7 @@ def _show_secret(hook: WebhookWithSecret, args: argparse.Namespace, what: str) -
     if args.format == "json":
         _json(hook.raw)
         return
-    _fields(_webhook_fields(hook))
+    fields(_webhook_fields(hook))
     if hook.ingress_url_with_token:
         print(f"full ingress URL (contains the secret): {hook.ingress_url_with_token}")
     if hook.applies_on_next_apply:
@@ -193,7 +169,7 @@ def _create(client: FactoryClient, args: argparse.Namespace) -> None:
         delivery_id_header=args.delivery_id_header,
     )
     if given is not None and args.format == "text":  # the caller already holds the value: not echoed
-        _fields(_webhook_fields(hook))
+        fields(_webhook_fields(hook))
         print("the provider's signing secret is in place (not shown)")
         return
     _show_secret(hook, args, "secret")
@@ -211,7 +187,7 @@ def _list(client: FactoryClient, args: argparse.Namespace) -> None:
         [h.uid, h.name, h.signature_scheme or h.auth_mode, "yes" if h.enabled else "no", h.ingress_url or ""]
         for h in hooks
     ]
-    _table(["UID", "NAME", "AUTH", "ENABLED", "INGRESS URL"], rows)
+    table(["UID", "NAME", "AUTH", "ENABLED", "INGRESS URL"], rows)
 
 
 def _get(client: FactoryClient, args: argparse.Namespace) -> None:
@@ -219,7 +195,7 @@ def _get(client: FactoryClient, args: argparse.Namespace) -> None:
     if args.format == "json":
         _json(hook.raw)
     else:
-        _fields(_webhook_fields(hook))
+        fields(_webhook_fields(hook))
 
 
 def _toggle(client: FactoryClient, args: argparse.Namespace, enabled: bool) -> None:
@@ -242,7 +218,7 @@ def _rotate(client: FactoryClient, args: argparse.Namespace) -> None:
     given = _stdin_secret() if args.secret_from_stdin else None
     hook = client.webhooks.rotate_secret(args.factory_uid, args.webhook_uid, secret=given)
     if given is not None and args.format == "text":  # the caller already holds the value
-        _fields(_webhook_fields(hook))
+        fields(_webhook_fields(hook))
         print("the provider's signing secret is in place (not shown)")
         return
     _show_secret(hook, args, "new secret; the old one no longer verifies")
@@ -276,7 +252,7 @@ def _deliveries(client: FactoryClient, args: argparse.Namespace) -> None:
         [d.delivery_id, d.status, str(d.size or 0), _stamp(d, "received_at"), ",".join(d.run_ids)]
         for d in found
     ]
-    _table(["DELIVERY ID", "STATUS", "SIZE", "RECEIVED", "RUNS"], rows)
+    table(["DELIVERY ID", "STATUS", "SIZE", "RECEIVED", "RUNS"], rows)
 
 
 def _delivery(client: FactoryClient, args: argparse.Namespace) -> None:
@@ -284,7 +260,7 @@ def _delivery(client: FactoryClient, args: argparse.Namespace) -> None:
     if args.format == "json":
         _json(entry.raw)
         return
-    _fields(
+    fields(
         [
             ("delivery id", entry.delivery_id),
             ("webhook", entry.webhook_uid),

@@ -100,6 +100,7 @@ def test_offline_validate_imports_the_loader_only() -> None:
     ("argv", "module"),
     [
         (["runs", "list", "--help"], "runs"),
+        (["schedules", "list", "--help"], "schedules"),
         (["webhooks", "list", "--help"], "webhooks"),
         (["automations", "--help"], "webhooks"),
         (["keys", "create", "--help"], "keys"),
@@ -110,16 +111,19 @@ def test_offline_validate_imports_the_loader_only() -> None:
 )
 def test_a_command_imports_its_own_module_and_no_client_or_store(argv: list[str], module: str) -> None:
     modules = imported(*argv)
-    commands = loaded(modules, "factoryctl.commands") - {"factoryctl.commands", "factoryctl.commands._http"}
+    shared = {"factoryctl.commands", "factoryctl.commands._http", "factoryctl.commands._output"}
+    commands = loaded(modules, "factoryctl.commands") - shared
     assert commands == {f"factoryctl.commands.{module}"}
     assert loaded(modules, *SERVER_SIDE, *CLIENT_SIDE) == set()
 
 
 def test_copied_constants_match_the_store() -> None:
     """Parsers are built without the store; the values they repeat must stay the store's."""
-    from factoryctl.commands import keys, plan_apply, secrets
+    from factoryctl.commands import keys, plan_apply, schedules, secrets
     from store.apikeys import ROLES
+    from store.ids import SCHEDULE
     from store.teams import DEFAULT_TEAM
 
     assert keys.ROLES == ROLES
+    assert schedules.SCHEDULE_ID_PREFIX == SCHEDULE
     assert plan_apply.DEFAULT_TEAM == secrets.DEFAULT_TEAM == DEFAULT_TEAM
