@@ -39,12 +39,12 @@ def validate(
 def test_example_factory_is_valid_in_every_format() -> None:
     text = validate("example-factory")
     assert text.returncode == 0, text.stdout + text.stderr
-    assert text.stdout == "example-factory (example): 9 files, valid\n"
+    assert text.stdout == "example-factory (example): 11 files, valid\n"
     data = json.loads(validate("example-factory", "--format", "json").stdout)
     assert data["valid"] is True
-    assert data["factories"] == [{"path": "example-factory", "name": "example", "files": 9, "errors": []}]
+    assert data["factories"] == [{"path": "example-factory", "name": "example", "files": 11, "errors": []}]
     gh = validate("example-factory", "--format", "github")
-    assert (gh.returncode, gh.stdout) == (0, "factoryctl validate: 9 files in 1 factory, valid\n")
+    assert (gh.returncode, gh.stdout) == (0, "factoryctl validate: 11 files in 1 factory, valid\n")
     sarif = json.loads(validate("example-factory", "--format", "sarif").stdout)
     assert sarif["runs"][0]["results"] == []
 
@@ -145,15 +145,15 @@ async def _store(url: str, secrets: dict[str, str]) -> None:
 
 def test_online_checks_with_a_store(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'factory.db'}"
-    asyncio.run(_store(url, {"github-webhook-secret": "gh", "alerts-token": "tok"}))
+    asyncio.run(_store(url, {"github-webhook-secret": "gh"}))
     proc = validate("example-factory", "--format", "json", data_dir=tmp_path, database=url)
     assert proc.returncode == 1, proc.stderr
     found = [(e["rule"], e["path"], e["line"]) for e in json.loads(proc.stdout)["factories"][0]["errors"]]
     assert ("FC040", "example-factory/webhooks/stripe-payments.yaml", 5) in found
-    assert ("FC040", "example-factory/webhooks/nightly-cron.yaml", 3) in found
+    assert ("FC040", "example-factory/webhooks/alerts.yaml", 2) in found
     assert not any(rule == "FC043" for rule, _, _ in found)  # names, not UIDs: nothing to look up
 
-    asyncio.run(_store(url, {"stripe-signing-secret": "whsec_x", "cron-url-token": "a-b_c"}))
+    asyncio.run(_store(url, {"stripe-signing-secret": "whsec_x", "alerts-token": "tok"}))
     ok = validate("example-factory", data_dir=tmp_path, env={"FACTORY_DATABASE_URL": url})
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
