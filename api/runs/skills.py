@@ -40,6 +40,8 @@ MAX_SKILL_BYTES = 256 * 1024
 SKILL_FILE = "SKILL.md"
 SKILL_DIRS = ("skills", ".agents/skills", ".claude/skills")
 GIT_TIMEOUT_SECONDS = 120.0
+# ``refresh=true`` fetches at most this often per repository: a caller cannot make the server fetch in a loop.
+MIN_FORCED_REFRESH_SECONDS = 5.0
 MAX_LISTED_SKILLS = 100  # SKILL.md files listed per repository (docs/api.md, "Agents (skills)")
 MAX_DIR_ENTRIES = 1000  # entries read from one skills directory while listing
 _PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
@@ -318,7 +320,8 @@ class SkillResolver:
         limit: int = MAX_LISTED_SKILLS,
     ) -> list[ListedSkill]:
         """The skills of ``owner/repo`` (:func:`list_skills`); ``refresh`` fetches a cached clone even inside
-        the refresh window. Raises :class:`SkillUnavailable` when the repository cannot be checked out."""
+        the refresh window (but not twice within :data:`MIN_FORCED_REFRESH_SECONDS`). Raises
+        :class:`SkillUnavailable` when the repository cannot be checked out."""
         parse_repository(f"{owner}/{repo}")
         location = self.location(owner, repo, repos)
         return list_skills(
@@ -362,7 +365,8 @@ class SkillResolver:
             last = self._fetched.get(digest)
             try:
                 if (dest / ".git").is_dir():
-                    if refresh or last is None or now - last >= self.refresh_seconds:
+                    window = MIN_FORCED_REFRESH_SECONDS if refresh else self.refresh_seconds
+                    if last is None or now - last >= window:
                         safegit.fetch(
                             dest, url, policy=safegit.SKILLS_SOURCE, depth=1, timeout=GIT_TIMEOUT_SECONDS
                         )

@@ -15,6 +15,7 @@ schedule on: a broken schedule does not retry on every tick.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 from dataclasses import dataclass
@@ -26,9 +27,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.errors import ApiError, Conflict
 from api.runs.config import automation_config, resolve_config
-from api.runs.prepare import finalize_config
+from api.runs.prepare import finalize_config, resolve_skill
 from api.runs.records import Creator, build_run_row
-from api.runs.skills import SkillResolver
+from api.runs.skills import SkillResolver, SkillUnavailable
 from store.clock import rfc3339
 from store.cron import CronError, latest_fire, next_fire, parse, zone
 from store.models import Automation, Factory, Run, Schedule, ScheduleFire
@@ -165,6 +166,7 @@ async def fire(
         return None
     fire_time = latest_fire(cron, tz, now, after=due.next_fire_at - _JUST_BEFORE)
     next_at = next_fire(cron, tz, now)
+    await _warm_skill(sessions, due.uid, resolver)
     try:
         async with sessions() as session, session.begin():
             if fire_time is None or not await _insert_fire(session, due.uid, fire_time, now):
@@ -197,6 +199,21 @@ async def fire(
     else:
         log.info("schedule %s: fired for %s: run %s", due.uid, rfc3339(fire_time), run_id)
     return Fired(due.uid, fire_time, run_id, error)
+
+
+async def _warm_skill(sessions: async_sessionmaker[AsyncSession], uid: str, resolver: SkillResolver) -> None:
+    """Fetch a prompt schedule's skill before the fire transaction, so git never runs while the fire
+    holds its locks (on SQLite, the database's one write lock); the fire then reads the fresh checkout.
+    A skill that cannot be fetched is reported by the fire itself."""
+    async with sessions() as session:
+        stmt = select(Schedule.team_id, Schedule.automation, Schedule.agent_config).where(Schedule.uid == uid)
+        row = (await session.execute(stmt)).first()
+        if row is None or row.automation:
+            return
+        spec = (row.agent_config or {}).get("skill_spec")
+        if isinstance(spec, str) and spec:
+            with contextlib.suppress(SkillUnavailable):
+                await resolve_skill(session, resolver, row.team_id, spec)
 
 
 def _unchanged(due: Due) -> tuple[ColumnElement[bool], ...]:

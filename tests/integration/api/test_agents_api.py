@@ -23,7 +23,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import ROUTE_MODULES, create_app
 from api.context import ServerSettings
+from api.runs.prepare import SKILLS
 from api.runs.routes import load_openapi
+from api.runs.skills import MIN_FORCED_REFRESH_SECONDS, SkillResolver
 from store.clock import SystemClock
 from store.crypto import SecretBox
 from store.models import Environment
@@ -450,7 +452,10 @@ async def test_a_git_url_source_is_cloned_and_refresh_fetches_it_now(
     )
     template = "file://" + str(tmp_path / "remote" / "{owner}" / "{repo}")
     settings = ServerSettings(data_dir=tmp_path / "data2", skills_source=template)
-    client = await aiohttp_client(create_app(settings, engine, box, route_modules=ROUTE_MODULES))
+    app = create_app(settings, engine, box, route_modules=ROUTE_MODULES)
+    clock = [1000.0]  # the resolver's monotonic clock, moved by hand
+    app[SKILLS] = SkillResolver(template, settings.data_dir / "skills-cache", monotonic=lambda: clock[0])
+    client = await aiohttp_client(app)
     async with sessions() as s, s.begin():
         team = await builders.team(s)
         key = await builders.api_key(s, SystemClock(), team.id, "member")
@@ -463,7 +468,11 @@ async def test_a_git_url_source_is_cloned_and_refresh_fetches_it_now(
     commit_all(source, "deploy")
     cached = variant_ids(await ok(await client.get(query, headers=h(key))))
     assert set(cached) == {"triage-bot"}  # within the refresh window: the cached clone
-    fresh = variant_ids(await ok(await client.get(query + "&refresh=true", headers=h(key))))
+    forced = query + "&refresh=true"
+    soon = variant_ids(await ok(await client.get(forced, headers=h(key))))
+    assert set(soon) == {"triage-bot"}  # refresh=true fetches at most every MIN_FORCED_REFRESH_SECONDS
+    clock[0] += MIN_FORCED_REFRESH_SECONDS
+    fresh = variant_ids(await ok(await client.get(forced, headers=h(key))))
     assert set(fresh) == {"deploy", "triage-bot"}
 
 

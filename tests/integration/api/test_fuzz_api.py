@@ -191,6 +191,7 @@ class Seeds:
     automations: list[str] = field(default_factory=list)
     environments: list[str] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)
+    schedules: list[str] = field(default_factory=list)
     ingress_webhook: str = ""
     ingress_token: str = ""
     url_token_webhook: str = ""
@@ -271,6 +272,11 @@ def seed(server: Server) -> Seeds:
     s.environments += ["fuzz-env", "defs-env"]
     server.call("POST", f"{v1}/secrets", {"name": "fuzz-secret", "value": "v"}, 201)
     s.secrets += ["fuzz-secret", "hooks"]
+
+    # Scheduled agents: one to edit, pause, resume and run now, one to delete.
+    for name in ("fuzz-nightly", "fuzz-doomed"):
+        body = {"name": name, "cron_schedule": "0 3 * * *", "prompt": f"fuzz: {name}"}
+        s.schedules.append(server.call("POST", f"{v1}/agent/schedules", body, 201)["id"])
     return s
 
 
@@ -366,6 +372,17 @@ def fuzz_config(server: Server, s: Seeds) -> schemathesis.Config:
                 ["getEnvironment", "replaceEnvironment", "deleteEnvironment"], offer("name", s.environments)
             ),
             operations(["setSecret", "deleteSecret"], offer("name", s.secrets)),
+            operations(
+                [
+                    "getSchedule",
+                    "updateSchedule",
+                    "pauseSchedule",
+                    "resumeSchedule",
+                    "runScheduleNow",
+                    "deleteSchedule",
+                ],
+                offer("scheduleId", s.schedules),
+            ),
             operations(
                 ["deliverWebhook"],
                 offer("webhookUid", [s.ingress_webhook], 0.9),
