@@ -447,3 +447,26 @@ class AppliedLock(Base):
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     holder: Mapped[str] = mapped_column(String(200))
     expires_at: Mapped[dt.datetime]
+
+
+class RunEvent(Base):
+    """One entry of a run's ordered event log (docs/events.md): the id is the SSE event id.
+
+    ``kind`` is ``state`` | ``followup`` | ``log`` | ``truncated``; written in the transaction of the change
+    it records, so a rolled-back change leaves no event.
+    """
+
+    __tablename__ = "run_events"
+    __table_args__ = (
+        Index("ix_run_events_run_id_id", "run_id", "id"),
+        Index("ix_run_events_team_id_id", "team_id", "id"),
+        # AUTOINCREMENT: SQLite never reuses an id, even the highest one's after its run is deleted
+        {"sqlite_autoincrement": True},
+    )
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"))
+    team_id: Mapped[str] = mapped_column(String(40))
+    factory_uid: Mapped[str | None] = mapped_column(String(40))
+    kind: Mapped[str] = mapped_column(String(10))
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[dt.datetime]

@@ -50,6 +50,7 @@ from api.runs.queue import (
     report_state,
 )
 from api.runs.states import LEASED, IllegalTransition, RunState
+from api.runs.stream import notify_events
 from store import NotFound
 from store import secrets as secret_store
 from store.apikeys import Principal
@@ -150,6 +151,7 @@ async def _try_claim(
             if run is None:
                 return None
             payload = await claim_payload(session, clock, run, lease)
+        notify_events(request.app)  # the claim is a state event (docs/events.md)
         resolver = skill_resolver(request.app)
         completed = await complete_claim(factory, clock, resolver, payload, owner=owner)
         if completed is not None:
@@ -189,6 +191,8 @@ async def heartbeat_route(request: web.Request) -> web.Response:
             )
     except IllegalTransition as exc:  # (NotLeaseHolder becomes its 409 in api/problems.py)
         raise Conflict(str(exc), extensions={"state": exc.state.value}) from None
+    if state is not None:
+        notify_events(request.app)  # a start is a state event (docs/events.md)
     return web.json_response(
         {
             "run_id": run_id,
@@ -248,6 +252,7 @@ async def state_route(request: web.Request) -> web.Response:
     except IllegalTransition as exc:  # (NotLeaseHolder becomes its 409 in api/problems.py)
         detail = f"cannot report {state} for a run in state {exc.state.value}"
         raise Conflict(detail, extensions={"state": exc.state.value}) from None
+    notify_events(request.app)
     return web.json_response(
         {"run_id": run.run_id, "state": run.state, "cancel_requested": run.cancel_requested}
     )
@@ -284,6 +289,7 @@ async def logs_route(request: web.Request) -> web.Response:
         count = await append_logs(
             session, request.app[CLOCK], run_id, lines, owner=_owner(who, body), team_id=who.team_id
         )
+    notify_events(request.app)
     return web.json_response({"run_id": run_id, "appended": count})
 
 

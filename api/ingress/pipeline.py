@@ -134,7 +134,7 @@ def accept_in(
         matches = lookup.match_routes_in(conn, [(batch[i].webhook, batch[i].payload) for i in won], filters)
         wanted = {i: m for i, m in zip(won, matches, strict=True) if m}
         if wanted:
-            runs = _start_runs(conn, now, batch, wanted)
+            runs = start_runs(conn, now, batch, wanted)
     won_set = set(won)
     return [
         Committed(p.delivery_id, duplicate=i not in won_set, run_ids=runs.get(i, ()))
@@ -142,11 +142,16 @@ def accept_in(
     ]
 
 
-def _start_runs(
+def start_runs(
     conn: Connection, now: dt.datetime, batch: Sequence[Pending], wanted: dict[int, list[str]]
 ) -> dict[int, tuple[str, ...]]:
     """One QUEUED run per (delivery, matching automation), skipping automations that already ran for the
-    delivery ID (possible only after retention pruned its Accepted entry)."""
+    delivery ID (possible only after retention pruned its Accepted entry).
+
+    ``wanted`` maps an index of ``batch`` to the UIDs of its matching automations. The one place a
+    webhook's runs are built (docs/ingress.md, "Routing and runs"): the accept transaction calls it, and so
+    does a replay (:mod:`api.management.replay`, docs/management.md, "Replaying a delivery").
+    """
     automations, already = lookup.load_automations_in(
         conn,
         sorted({uid for uids in wanted.values() for uid in uids}),

@@ -2,8 +2,8 @@
 log" and "Test filter").
 
 The log is read newest first by its insertion sequence (``seq``), so pages are stable while deliveries
-keep arriving. Only Accepted entries store a payload; Duplicate and Rejected entries are metadata, and
-only Accepted entries start runs (``run_ids``).
+keep arriving. Only Accepted entries, and the Replayed entries a replay writes (:mod:`.replay`), store a
+payload and start runs (``run_ids``); Duplicate and Rejected entries are metadata.
 
 Test filter mirrors what ingress does with a delivery: it uses the automation's routing rows (one per
 webhook trigger and selected webhook UID, with that trigger's payload filter) and the same compiled
@@ -51,7 +51,10 @@ from store.clock import rfc3339
 from store.models import Automation, AutomationWebhook, Delivery, Run, Webhook
 
 WOULD_TRIGGER, WOULD_NOT_TRIGGER = "Would trigger", "Would not trigger"
-_COLUMNS = (
+REPLAYED = "Replayed"  # written by a replay, never by ingress (docs/management.md, "Replaying a delivery")
+LOG_STATUSES = (*STATUSES, REPLAYED)
+WITH_RUNS = (ACCEPTED, REPLAYED)  # the entries that store a payload and start runs
+COLUMNS = (
     Delivery.seq,
     Delivery.delivery_id,
     Delivery.webhook_uid,
@@ -83,7 +86,7 @@ def delivery_json(row: Entry, run_ids: list[str]) -> dict[str, Any]:
         "status": row.status,
         "size": row.size,
         "received_at": rfc3339(row.received_at),
-        "run_ids": run_ids if row.status == ACCEPTED else [],
+        "run_ids": run_ids if row.status in WITH_RUNS else [],
         "detail": row.detail,
     }
 
@@ -102,7 +105,7 @@ async def _run_ids(session: AsyncSession, webhook_uid: str, delivery_ids: set[st
     return found
 
 
-def _parse_payload(raw: bytes | None) -> object:
+def parse_payload(raw: bytes | None) -> object:
     if raw is None:
         return None
     try:
@@ -119,13 +122,13 @@ async def list_deliveries(request: web.Request) -> web.Response:
     limit = page_limit(request.query, default=50, maximum=200, errors=errors)
     statuses = sorted(set(request.query.getall("status", [])))
     for status in statuses:
-        if status not in STATUSES:
+        if status not in LOG_STATUSES:
             errors.append(
-                field_error("status", f"unknown status {status!r}; use one of: {', '.join(STATUSES)}")
+                field_error("status", f"unknown status {status!r}; use one of: {', '.join(LOG_STATUSES)}")
             )
     fail_on(errors)
     fp = fingerprint({"list": "deliveries", "webhook": wid, "status": statuses})
-    stmt = select(*_COLUMNS).where(Delivery.webhook_uid == wid, Delivery.team_id == who.team_id)
+    stmt = select(*COLUMNS).where(Delivery.webhook_uid == wid, Delivery.team_id == who.team_id)
     if statuses:
         stmt = stmt.where(Delivery.status.in_(statuses))
     after = page_after(request.query, fp)
@@ -141,7 +144,7 @@ async def list_deliveries(request: web.Request) -> web.Response:
             Entry(*r) for r in await session.execute(stmt.order_by(Delivery.seq.desc()).limit(limit + 1))
         ]
         rows, last = split_page(fetched, limit)
-        runs = await _run_ids(session, wid, {r.delivery_id for r in rows if r.status == ACCEPTED})
+        runs = await _run_ids(session, wid, {r.delivery_id for r in rows if r.status in WITH_RUNS})
     return web.json_response(
         {
             "deliveries": [delivery_json(r, runs.get(r.delivery_id, [])) for r in rows],
@@ -151,7 +154,8 @@ async def list_deliveries(request: web.Request) -> web.Response:
 
 
 async def get_delivery(request: web.Request) -> web.Response:
-    """``GET .../deliveries/{delivery_id}`` (member): the Accepted entry and payload, else the newest."""
+    """``GET .../deliveries/{delivery_id}`` (member): the Accepted entry and payload, else the newest (a
+    Replayed entry, the only one with its identity, shows its payload too)."""
     who = await require(request, "member")
     uid, wid, delivery_id = (
         request.match_info["uid"],
@@ -160,7 +164,7 @@ async def get_delivery(request: web.Request) -> web.Response:
     )
     async with sessions(request)() as session:
         await load_webhook(session, who.team_id, uid, wid)
-        base = select(*_COLUMNS, Delivery.payload).where(
+        base = select(*COLUMNS, Delivery.payload).where(
             Delivery.webhook_uid == wid, Delivery.team_id == who.team_id, Delivery.delivery_id == delivery_id
         )
         row = (
@@ -173,10 +177,10 @@ async def get_delivery(request: web.Request) -> web.Response:
         if row is None:
             raise ResourceNotFound(f"webhook {wid} has no delivery {delivery_id!r} in its log")
         found = Entry(*row)
-        runs = await _run_ids(session, wid, {delivery_id} if found.status == ACCEPTED else set())
+        runs = await _run_ids(session, wid, {delivery_id} if found.status in WITH_RUNS else set())
     body = delivery_json(found, runs.get(delivery_id, []))
-    if found.status == ACCEPTED:
-        body["payload"] = _parse_payload(found.payload)
+    if found.status in WITH_RUNS:
+        body["payload"] = parse_payload(found.payload)
     return web.json_response(body)
 
 
@@ -275,7 +279,7 @@ async def filter_test(request: web.Request) -> web.Response:
         entries = [
             Entry(*r)
             for r in await session.execute(
-                select(*_COLUMNS, Delivery.payload)
+                select(*COLUMNS, Delivery.payload)
                 .where(
                     Delivery.team_id == who.team_id,
                     Delivery.webhook_uid.in_(candidates),
@@ -287,6 +291,8 @@ async def filter_test(request: web.Request) -> web.Response:
     if not entries:
         raise ResourceNotFound(f"no webhook of factory {uid} has delivery {delivery_id!r} in its log")
     entry = _pick(entries, {r.webhook_uid for r in routes})
+    if entry.status == REPLAYED:
+        raise Conflict(f"delivery {delivery_id!r} is a replay ({entry.detail}); test the original delivery")
     if entry.status != ACCEPTED:
         raise Conflict(
             f"delivery {delivery_id!r} was logged as {entry.status!r}; only accepted deliveries store a"
@@ -294,7 +300,7 @@ async def filter_test(request: web.Request) -> web.Response:
         )
     selecting = [r for r in routes if r.webhook_uid == entry.webhook_uid]
     webhook_check = _webhook_check(automation, hooks[entry.webhook_uid], routes, selecting)
-    payload_check = _payload_check(selecting or routes, _parse_payload(entry.payload))
+    payload_check = _payload_check(selecting or routes, parse_payload(entry.payload))
     passed = webhook_check["passed"] and payload_check["passed"]
     return web.json_response(
         {

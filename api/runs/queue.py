@@ -11,7 +11,8 @@ The claim is one statement per backend, kept here and nowhere else:
 
 Functions that read a run and then change it first lock it (:func:`_locked_run`): ``SELECT ... FOR
 UPDATE`` on PostgreSQL; on SQLite a no-op ``UPDATE`` that takes the database write lock before the
-read, so the read cannot go stale. Every state change goes through :mod:`api.runs.states`.
+read, so the read cannot go stale. Every state change goes through :mod:`api.runs.states` and records
+its event in the same transaction (:mod:`api.runs.events`, docs/events.md).
 The caller owns the session and the transaction.
 """
 
@@ -21,11 +22,12 @@ import datetime as dt
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import ColumnElement, CursorResult, and_, exists, insert, select, update
+from sqlalchemy import ColumnElement, and_, exists, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.runs import events
 from api.runs.states import (
     LEASED,
     TERMINAL,
@@ -116,7 +118,11 @@ async def claim_next(
         .returning(Run)
         .execution_options(synchronize_session=False, populate_existing=True)
     )
-    return (await session.scalars(stmt)).one_or_none()
+    run = (await session.scalars(stmt)).one_or_none()
+    if run is not None:
+        events.record_state(run, RunState.QUEUED.value, False, None, now)
+        await session.flush()
+    return run
 
 
 async def queued_exists(
@@ -228,6 +234,7 @@ async def report_state(
 
 
 def _apply(run: Run, event: RunEvent, now: dt.datetime, status_message: dict[str, Any] | None = None) -> None:
+    previous, previous_cancel = run.state, run.cancel_requested
     result = transition(RunState(run.state), event, cancel_requested=run.cancel_requested)
     run.state = result.to.value
     run.cancel_requested = result.cancel_requested
@@ -243,6 +250,7 @@ def _apply(run: Run, event: RunEvent, now: dt.datetime, status_message: dict[str
         run.lease_owner = None
         run.lease_expires_at = None
     run.updated_at = now
+    events.record_state(run, previous, previous_cancel, run.status_message, now)
 
 
 async def reap_expired_leases(session: AsyncSession, clock: Clock) -> int:
@@ -284,10 +292,14 @@ async def reap_expired_leases(session: AsyncSession, clock: Clock) -> int:
                     )
                 )
                 .values(**values)
+                .returning(Run.run_id, Run.team_id, Run.factory_uid, Run.state, Run.cancel_requested)
                 .execution_options(synchronize_session=False)
             )
-            done = cast("CursorResult[Any]", await session.execute(stmt))
-            moved += done.rowcount or 0
+            rows = list((await session.execute(stmt)).all())
+            await events.insert_rows(
+                session, events.state_rows(rows, state.value, result.status_message, now)
+            )
+            moved += len(rows)
     return moved
 
 
@@ -299,21 +311,23 @@ async def append_logs(
     *,
     owner: str | None = None,
     team_id: str | None = None,
+    event_cap: int = events.MAX_EVENTS_PER_RUN,
 ) -> int:
-    """Append output lines to a run's log (only by the lease holder when ``owner`` is given)."""
+    """Append output lines to a run's log (only by the lease holder when ``owner`` is given), and their
+    ``log`` events within ``event_cap`` (docs/events.md, "Bounds").
+
+    The run is locked first so its events commit in id order (docs/events.md, "Ordering and delivery").
+    """
+    if not lines and owner is None:
+        return 0
+    run = await _locked_run(session, run_id, team_id)
     if owner is not None:
-        conds: list[ColumnElement[bool]] = [Run.run_id == run_id]
-        if team_id is not None:
-            conds.append(Run.team_id == team_id)
-        row = (await session.execute(select(Run.lease_owner, Run.state).where(*conds))).one_or_none()
-        if row is None:
-            raise NotFound(f"run {run_id} does not exist")
-        if row.lease_owner != owner or RunState(row.state) not in LEASED:
-            raise NotLeaseHolder(run_id, row.state)
+        _require_lease(run, owner)
     if not lines:
         return 0
     now = clock.now()
     await session.execute(
         insert(RunLog), [{"run_id": run_id, "stream": s, "text": t, "created_at": now} for s, t in lines]
     )
+    await events.record_logs(session, run, lines, now, cap=event_cap)
     return len(lines)

@@ -19,6 +19,7 @@ from sqlalchemy import ColumnElement, Connection, Select, Table, and_, insert, o
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.http.pagination import Cursor, InvalidCursor, parse_timestamp_key, split_page, timestamp_key
+from api.runs import events
 from api.runs.config import worker_host_of
 from api.runs.states import TERMINAL, RunEvent, RunState, Transition, transition
 from store import NotFound, ids
@@ -179,6 +180,7 @@ def insert_runs(conn: Connection, runs: Sequence[tuple[Mapping[str, Any], Sequen
     ]
     if attachments:
         conn.execute(insert(_ATTACHMENTS), attachments)
+    events.insert_created(conn, [row for row, _ in runs])
 
 
 async def create_run(
@@ -230,6 +232,7 @@ async def create_run(
         )
     )
     session.add(run)
+    events.add_event(run, events.STATE, events.state_data(run.state, None, None, False), run.created_at)
     await session.flush()
     for att in attachments:
         session.add(
@@ -271,7 +274,9 @@ async def get_run(session: AsyncSession, team_id: str, run_id: str, *, for_updat
 
 
 def apply_event(run: Run, event: RunEvent, now: dt.datetime) -> Transition:
-    """Move ``run`` by ``event`` through the state machine (raises IllegalTransition) and stamp it."""
+    """Move ``run`` by ``event`` through the state machine (raises IllegalTransition) and stamp it; the
+    change's ``state`` event joins the run's transaction (docs/events.md, "What is recorded")."""
+    previous, previous_cancel = run.state, run.cancel_requested
     result = transition(RunState(run.state), event, cancel_requested=run.cancel_requested)
     run.state = result.to.value
     run.cancel_requested = result.cancel_requested
@@ -282,6 +287,7 @@ def apply_event(run: Run, event: RunEvent, now: dt.datetime) -> Transition:
         run.lease_owner = None
         run.lease_expires_at = None
     run.updated_at = now
+    events.record_state(run, previous, previous_cancel, result.status_message, now)
     return result
 
 
@@ -329,6 +335,9 @@ async def add_followup(
         delivered_at=None,
     )
     session.add(followup)
+    events.add_event(
+        run, events.FOLLOWUP, {"followup_id": followup.id, "outcome": outcome, "message": message}, now
+    )
     await session.flush()
     return followup, outcome
 

@@ -1,5 +1,5 @@
 """The Run API over HTTP (docs/api.md, "Runs"): create, list, get, follow up, cancel, logs; plus the
-OpenAPI document.
+OpenAPI document. The event stream is :mod:`api.runs.stream` (docs/events.md).
 
 Handlers parse and authorise, then call :mod:`api.runs.records` inside one transaction per request;
 after a commit that queued a run they wake this process's waiting claimers. Runs need the
@@ -28,6 +28,8 @@ from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_ATTACHMENTS, MAX_PROMPT, parse_list_query, parse_run_request
 from api.runs.serialize import followup_item, log_line, run_item
 from api.runs.states import IllegalTransition, RunState
+from api.runs.stream import notify_events
+from api.runs.stream import setup as setup_event_stream
 from store import NotFound
 from store.apikeys import Principal
 
@@ -86,6 +88,7 @@ async def create_agent_run(request: web.Request) -> web.Response:
             parent_run_id=parsed.parent_run_id,
         )
     wake_claimers(request.app)
+    notify_events(request.app)
     return web.json_response(
         {"run_id": run.run_id, "task_id": run.run_id, "state": run.state, "at_capacity": False}
     )
@@ -141,6 +144,7 @@ async def followup_agent_run(request: web.Request) -> web.Response:
         raise illegal_transition(exc, f"run {run_id} {why}; it takes no follow-ups") from None
     if outcome == "requeued":
         wake_claimers(request.app)
+    notify_events(request.app)
     return web.json_response(followup_item(followup))
 
 
@@ -154,6 +158,7 @@ async def cancel_agent_run(request: web.Request) -> web.Response:
         raise illegal_transition(
             exc, f"run {run_id} is {exc.state.value}; only live runs can be cancelled"
         ) from None
+    notify_events(request.app)
     return web.json_response(run.run_id)
 
 
@@ -197,3 +202,4 @@ def setup(app: web.Application) -> None:
     app.router.add_post(API_V1 + "/agent/runs/{run_id}/followups", followup_agent_run)
     app.router.add_post(API_V1 + "/agent/runs/{run_id}/cancel", cancel_agent_run)
     app.router.add_get(API_V1 + "/agent/runs/{run_id}/logs", agent_run_logs)
+    setup_event_stream(app)

@@ -253,6 +253,33 @@ class Delivery(Model):
 
 
 @dataclass(frozen=True)
+class ReplayedRun(Model):
+    """A run a replay started, and the automation it belongs to."""
+
+    run_id: str
+    automation_id: str | None = None
+
+
+@dataclass(frozen=True)
+class DeliveryReplay(Model):
+    """The ``Replayed`` log entry a replay wrote (docs/management.md, "Replaying a delivery"): its own
+    identity, the delivery it replays, and the runs it started (empty when nothing matched)."""
+
+    delivery_id: str
+    replay_of: str
+    status: str = "Replayed"
+    webhook_uid: str | None = None
+    received_at: dt.datetime | None = None
+    automation_id: str | None = None
+    detail: str | None = None
+    runs: list[ReplayedRun] = field(default_factory=list)
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [r.run_id for r in self.runs]
+
+
+@dataclass(frozen=True)
 class Check(Model):
     passed: bool
     detail: str = ""

@@ -28,6 +28,7 @@ from factoryctl.client._endpoints import (
 )
 from factoryctl.client._transport import RequestSpec, path, query
 from factoryctl.client.agent_resources import Agents, Schedules
+from factoryctl.client.events import streamed
 from factoryctl.client.models import (
     Attachment,
     Factory,
@@ -155,6 +156,7 @@ class Runs(Resource[Mode]):
     cancel = endpoint(cancel_run)
     logs = endpoint(run_logs)
     iter_logs = paginated(run_logs)
+    events = streamed()  # the live event stream (docs/events.md)
 
 
 # --- factories -------------------------------------------------------------------------------------

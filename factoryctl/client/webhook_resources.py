@@ -16,7 +16,14 @@ from factoryctl.client._endpoints import (
     parse_page_of,
 )
 from factoryctl.client._transport import RequestSpec, path, query
-from factoryctl.client.models import Delivery, FilterTestResult, Page, Webhook, WebhookWithSecret
+from factoryctl.client.models import (
+    Delivery,
+    DeliveryReplay,
+    FilterTestResult,
+    Page,
+    Webhook,
+    WebhookWithSecret,
+)
 
 # --- webhooks --------------------------------------------------------------------------------------
 
@@ -150,10 +157,24 @@ def get_delivery(factory_uid: str, webhook_uid: str, delivery_id: str) -> Reques
     )
 
 
+def replay_delivery(
+    factory_uid: str, webhook_uid: str, delivery_id: str, *, automation_id: str | None = None
+) -> RequestSpec[DeliveryReplay]:
+    """Re-evaluate an Accepted delivery against the automations as they are now, starting a run per match
+    (only ``automation_id`` when given). Never de-duplicated, so never retried on an ambiguous failure."""
+    return RequestSpec(
+        "POST",
+        path(_WEBHOOK + "/deliveries/{}/replay", factory_uid, webhook_uid, delivery_id),
+        parse_model(DeliveryReplay),
+        json=json_body(automation_id=automation_id),
+    )
+
+
 class Deliveries(Resource[Mode]):
     list = endpoint(list_deliveries)
     iter = paginated(list_deliveries)
     get = endpoint(get_delivery)
+    replay = endpoint(replay_delivery)
 
 
 def test_filter(

@@ -1,4 +1,6 @@
-"""``factoryctl runs create|list|get|followup|cancel|logs``: the Run API over HTTP (:mod:`factoryctl.client`).
+"""``factoryctl runs create|list|get|followup|cancel|logs|watch``: the Run API over HTTP (the client).
+
+``watch`` and ``logs --follow`` read the run's event stream (docs/events.md) until the run ends.
 
 Client, exit codes and error output come from :mod:`factoryctl.commands._http`, shared with every
 HTTP verb (``docs/cli.md``). ``--format json`` prints the API's JSON unchanged (stable: it is the
@@ -97,7 +99,21 @@ def register(sub: Any) -> None:
     logs = verbs.add_parser("logs", parents=[common], help="print a run's log lines")
     logs.add_argument("run_id", metavar="RUN_ID")
     logs.add_argument("--after", type=int, default=0, help="only lines after this id")
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing new lines until the run ends (event stream)",
+    )
     logs.set_defaults(handler=handler(_logs))
+
+    watch = verbs.add_parser(
+        "watch",
+        parents=[common],
+        help="print state changes and log lines until the run ends (exit 0: SUCCEEDED)",
+    )
+    watch.add_argument("run_id", metavar="RUN_ID")
+    watch.set_defaults(handler=handler(_watch))
 
 
 def wire(raw: RawResponse[Any]) -> Any:
@@ -272,6 +288,9 @@ def _cancel(client: FactoryClient, args: argparse.Namespace) -> None:
 
 
 def _logs(client: FactoryClient, args: argparse.Namespace) -> None:
+    if args.follow:
+        _follow_logs(client, args)
+        return
     after, lines = args.after, []
     while True:
         page = wire(client.with_raw_response.runs.logs(args.run_id, after=after, limit=1000))
@@ -284,3 +303,48 @@ def _logs(client: FactoryClient, args: argparse.Namespace) -> None:
         return
     for line in lines:
         print(line["text"], file=sys.stderr if line["stream"] == "stderr" else sys.stdout)
+
+
+def _print_log(data: dict[str, Any], as_json: bool, event: Any) -> None:
+    if as_json:
+        print(json.dumps(event.raw), flush=True)
+    else:
+        stream = sys.stderr if data.get("stream") == "stderr" else sys.stdout
+        print(data.get("text", ""), file=stream, flush=True)
+
+
+def _follow_logs(client: FactoryClient, args: argparse.Namespace) -> None:
+    """Every log line (replayed from the event log, then live) until the run ends; ``--after`` does not
+    apply (event ids are not log line ids). ``--format json``: one event per line."""
+    for event in client.runs.events(args.run_id):
+        if event.kind == "log":
+            _print_log(event.data, args.format == "json", event)
+        elif event.kind == "truncated":
+            print(
+                f"[event log truncated after {event.data.get('limit')} events]", file=sys.stderr, flush=True
+            )
+
+
+def _watch(client: FactoryClient, args: argparse.Namespace) -> int:
+    """State changes and log lines until the terminal state: exit 0 for SUCCEEDED, 1 otherwise."""
+    final: str | None = None
+    as_json = args.format == "json"
+    for event in client.runs.events(args.run_id):
+        if event.kind == "log":
+            _print_log(event.data, as_json, event)
+            continue
+        if as_json:
+            print(json.dumps(event.raw), flush=True)
+        elif event.kind == "state":
+            message = (event.data.get("status_message") or {}).get("message")
+            pending = " (cancel requested)" if event.data.get("cancel_requested") else ""
+            print(
+                f"[{event.state}]{pending}" + (f" {message}" if message else ""), file=sys.stderr, flush=True
+            )
+        elif event.kind == "followup":
+            print(f"[follow-up {event.data.get('outcome')}]", file=sys.stderr, flush=True)
+        if event.terminal:
+            final = event.state
+    if final is None:  # the stream ended without a terminal event (a run from before the event log)
+        final = client.runs.get(args.run_id).state
+    return 0 if final == "SUCCEEDED" else 1

@@ -5,6 +5,7 @@ come from :mod:`factoryctl.commands._http`, shared with every HTTP verb (``docs/
 
 Output: ``--format json`` prints the API's JSON object unchanged (lists as ``{"webhooks": [...]}`` /
 ``{"deliveries": [...]}`` with every page fetched; ``delete`` prints ``{"uid", "deleted": true}``).
+``deliveries replay`` prints one summary line, then a table of the runs it started (docs/cli.md).
 Text output is a table drawn with rich when stdout is a terminal (colour unless ``NO_COLOR``), else
 plain aligned columns that scripts can cut. A secret the service shows (``create``,
 ``rotate-secret``) is printed alone on the last line of stdout, so ``| tail -n 1`` captures it; a
@@ -81,6 +82,14 @@ def register(sub: Any) -> None:  # argparse subparsers
     dget = dverbs.add_parser("get", parents=[hook_args], help="one delivery, with its payload if accepted")
     dget.add_argument("delivery_id", metavar="DELIVERY_ID")
     dget.set_defaults(handler=handler(_delivery))
+    replay = dverbs.add_parser(
+        "replay",
+        parents=[hook_args],
+        help="start the runs an Accepted delivery matches now (not de-duplicated)",
+    )
+    replay.add_argument("delivery_id", metavar="DELIVERY_ID")
+    replay.add_argument("--automation-id", metavar="AU", help="replay into this automation only")
+    replay.set_defaults(handler=handler(_replay))
 
     autos = sub.add_parser("automations", help="test automation filters against stored deliveries")
     averbs = autos.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -275,6 +284,20 @@ def _delivery(client: FactoryClient, args: argparse.Namespace) -> None:
         print("payload:")
         for line in json.dumps(entry.payload, indent=2, ensure_ascii=False).splitlines():
             print(f"  {line}")
+
+
+def _replay(client: FactoryClient, args: argparse.Namespace) -> None:
+    done = client.deliveries.replay(
+        args.factory_uid, args.webhook_uid, args.delivery_id, automation_id=args.automation_id
+    )
+    if args.format == "json":
+        _json(done.raw)
+        return
+    print(f"replayed {done.replay_of} as {done.delivery_id}: {len(done.runs)} run(s) started")
+    if done.runs:
+        table(["RUN ID", "AUTOMATION"], [[r.run_id, r.automation_id or ""] for r in done.runs])
+    else:
+        print("no enabled automation matched; the replay is logged", file=sys.stderr)
 
 
 def _test_filter(client: FactoryClient, args: argparse.Namespace) -> None:

@@ -1,0 +1,185 @@
+"""The per-run event log (docs/events.md, "What is recorded"): writing and reading ``run_events`` rows.
+
+Every writer adds its events in the transaction of the change it records (the caller owns the session
+and the commit), so a rolled-back change leaves no event and a committed one always has its event.
+The hooks are: :func:`api.runs.records.apply_event` and :func:`api.runs.queue._apply` (state changes of one
+loaded run), the claim and the lease reaper (bulk state changes, :func:`state_rows`), run creation,
+follow-ups, and :func:`api.runs.queue.append_logs` (log lines, bounded by :data:`MAX_EVENTS_PER_RUN`).
+
+Ordering: every writer holds the run's row lock (or, on SQLite, the database write lock) from before it
+takes an id until it commits, so one run's events commit in id order and a reader polling "id > last"
+never skips one (docs/events.md, "Ordering and delivery").
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, cast
+
+from sqlalchemy import Connection, Table, func, insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import object_session
+
+from api.runs.states import TERMINAL
+from store.clock import rfc3339
+from store.models import Run, RunEvent
+
+MAX_EVENTS_PER_RUN: Final = 10_000  # docs/events.md, "Bounds": log events beyond it are dropped
+STATE, FOLLOWUP, LOG, TRUNCATED = "state", "followup", "log", "truncated"
+_EVENTS: Table = cast("Table", RunEvent.__table__)
+
+
+def state_data(
+    state: str, previous: str | None, status_message: Mapping[str, Any] | None, cancel_requested: bool
+) -> dict[str, Any]:
+    """The ``data`` of a ``state`` event: the new state, where it came from, and why (if known)."""
+    message = dict(status_message) if status_message else None
+    return {
+        "state": state,
+        "previous_state": previous,
+        "status_message": message,
+        "error_code": message.get("error_code") if message else None,
+        "cancel_requested": cancel_requested,
+    }
+
+
+def _row(
+    run_id: str, team_id: str, factory_uid: str | None, kind: str, data: Mapping[str, Any], now: dt.datetime
+) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "team_id": team_id,
+        "factory_uid": factory_uid,
+        "kind": kind,
+        "data": dict(data),
+        "created_at": now,
+    }
+
+
+def add_event(run: Run, kind: str, data: Mapping[str, Any], now: dt.datetime) -> None:
+    """Add one event of a loaded (session-attached) run; flushed with the run's own change."""
+    session = object_session(run)
+    if session is None:
+        raise RuntimeError(f"run {run.run_id} is not attached to a session; its event would be lost")
+    session.add(RunEvent(**_row(run.run_id, run.team_id, run.factory_uid, kind, data, now)))
+
+
+def record_state(
+    run: Run,
+    previous: str,
+    previous_cancel: bool,
+    status_message: Mapping[str, Any] | None,
+    now: dt.datetime,
+) -> None:
+    """A ``state`` event when the run's state or its pending cancel changed (follow-ups that leave the
+    state alone record only their ``followup`` event)."""
+    if run.state == previous and run.cancel_requested == previous_cancel:
+        return
+    add_event(run, STATE, state_data(run.state, previous, status_message, run.cancel_requested), now)
+
+
+def state_rows(
+    moved: Sequence[Any], previous: str, status_message: Mapping[str, Any] | None, now: dt.datetime
+) -> list[dict[str, Any]]:
+    """Event rows for runs moved by one bulk UPDATE (``moved``: rows with run_id, team_id, factory_uid,
+    state, cancel_requested)."""
+    return [
+        _row(
+            r.run_id,
+            r.team_id,
+            r.factory_uid,
+            STATE,
+            state_data(r.state, previous, status_message, r.cancel_requested),
+            now,
+        )
+        for r in moved
+    ]
+
+
+async def insert_rows(session: AsyncSession, rows: list[dict[str, Any]]) -> None:
+    if rows:
+        await session.execute(insert(_EVENTS), rows)
+
+
+def insert_created(conn: Connection, runs: Sequence[Mapping[str, Any]]) -> None:
+    """``state`` QUEUED events of runs inserted with Core (:func:`api.runs.records.insert_runs`)."""
+    rows = [
+        _row(
+            r["run_id"],
+            r["team_id"],
+            r.get("factory_uid"),
+            STATE,
+            state_data(r["state"], None, None, False),
+            r["created_at"],
+        )
+        for r in runs
+    ]
+    if rows:
+        conn.execute(insert(_EVENTS), rows)
+
+
+async def record_logs(
+    session: AsyncSession,
+    run: Run,
+    lines: Sequence[tuple[str, str]],
+    now: dt.datetime,
+    *,
+    cap: int = MAX_EVENTS_PER_RUN,
+) -> int:
+    """``log`` events for ``lines`` within the run's cap; the first line beyond it adds one ``truncated``
+    marker instead (docs/events.md, "Bounds"). Returns how many log events were written."""
+    count = int(await session.scalar(select(func.count()).where(RunEvent.run_id == run.run_id)) or 0)
+    room = max(cap - count, 0)
+    kept = lines[:room]
+    rows = [
+        _row(run.run_id, run.team_id, run.factory_uid, LOG, {"stream": s, "text": t}, now) for s, t in kept
+    ]
+    if len(kept) < len(lines):
+        marked = await session.scalar(
+            select(RunEvent.id).where(RunEvent.run_id == run.run_id, RunEvent.kind == TRUNCATED).limit(1)
+        )
+        if marked is None:
+            rows.append(_row(run.run_id, run.team_id, run.factory_uid, TRUNCATED, {"limit": cap}, now))
+    await insert_rows(session, rows)
+    return len(kept)
+
+
+async def read_after(session: AsyncSession, run_id: str, after: int, limit: int) -> list[RunEvent]:
+    """The run's events with ``id > after``, oldest first (one probe of ``ix_run_events_run_id_id``)."""
+    stmt = select(RunEvent).where(RunEvent.run_id == run_id, RunEvent.id > after).order_by(RunEvent.id)
+    return list((await session.scalars(stmt.limit(limit))).all())
+
+
+def is_terminal(state: str | None) -> bool:
+    return state is not None and state in {s.value for s in TERMINAL}
+
+
+def event_json(event: RunEvent) -> dict[str, Any]:
+    """The wire form of one event (docs/events.md, "Wire format")."""
+    return {
+        "id": event.id,
+        "run_id": event.run_id,
+        "kind": event.kind,
+        "created_at": rfc3339(event.created_at),
+        "data": event.data,
+    }
+
+
+__all__ = [
+    "FOLLOWUP",
+    "LOG",
+    "MAX_EVENTS_PER_RUN",
+    "STATE",
+    "TRUNCATED",
+    "add_event",
+    "event_json",
+    "insert_created",
+    "insert_rows",
+    "is_terminal",
+    "read_after",
+    "record_logs",
+    "record_state",
+    "state_data",
+    "state_rows",
+]

@@ -1,0 +1,132 @@
+"""``factoryctl runs watch`` and ``runs logs --follow`` as real subprocesses against the real server, and the
+typed client's event iterators (sync and async) (docs/events.md, docs/cli.md "runs").
+
+The server is the real app on a real socket (``live_servers.LiveServer``, SQLite); the "worker" is the
+typed client speaking the worker protocol with the admin key (service-hosted runs, ``worker_host ""``).
+A watcher started before the run moves proves the live part; one started after the end proves the replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from factoryctl.client import AsyncFactoryClient, FactoryClient
+from store.crypto import SecretBox
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client"))
+from live_servers import LiveServer
+
+SECRET_KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
+WORKER = "wk-watch"
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[LiveServer]:
+    data_dir = tmp_path_factory.mktemp("watch-cli")
+    shutil.copyfile(sqlite_template, data_dir / "factory.db")
+    server = LiveServer(
+        f"sqlite+aiosqlite:///{data_dir / 'factory.db'}", data_dir, SecretBox.from_setting(SECRET_KEY)
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def api(live: LiveServer) -> Iterator[FactoryClient]:
+    with FactoryClient(live.url, live.admin_key) as client:
+        yield client
+
+
+def spawn(live: LiveServer, *args: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
+    env |= {"FACTORY_API_KEY": live.admin_key, "NO_COLOR": "1", "FACTORY_DATA_DIR": str(live.data_dir)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "factoryctl.cli", *args, "--server", live.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def start_run(api: FactoryClient) -> str:
+    """A service-hosted run, claimed and started by the test's "worker"."""
+    run_id = api.runs.create("watch me").run_id
+    claim = api.workers.claim("", worker_id=WORKER)
+    assert claim is not None and claim.run.run_id == run_id
+    api.workers.heartbeat(run_id, state="INPROGRESS", worker_id=WORKER)
+    return run_id
+
+
+def finish(api: FactoryClient, run_id: str, state: str) -> None:
+    api.workers.append_logs(run_id, [("stdout", "building"), ("stderr", "warning: x")], worker_id=WORKER)
+    api.workers.report_state(run_id, state, status_message="all done", worker_id=WORKER)
+
+
+@pytest.mark.parametrize(("state", "code"), [("SUCCEEDED", 0), ("FAILED", 1)])
+def test_watch_follows_until_terminal_and_exits_by_outcome(
+    live: LiveServer, api: FactoryClient, state: str, code: int
+) -> None:
+    run_id = start_run(api)
+    watcher = spawn(live, "runs", "watch", run_id)
+    first = watcher.stderr.readline() if watcher.stderr else ""  # the replay is on screen: it is live now
+    assert first.startswith("[QUEUED]")
+    finish(api, run_id, state)
+    out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == code, err
+    assert out.splitlines() == ["building"]
+    assert "warning: x" in err and f"[{state}] all done" in err
+    assert "[CLAIMED]" in err and "[INPROGRESS]" in err
+
+
+def test_watch_of_a_finished_run_replays_and_logs_follow_prints_lines(
+    live: LiveServer, api: FactoryClient
+) -> None:
+    run_id = start_run(api)
+    finish(api, run_id, "SUCCEEDED")
+    watched = spawn(live, "runs", "watch", run_id)
+    assert watched.wait(timeout=30) == 0
+    followed = spawn(live, "runs", "logs", run_id, "--follow")
+    out, err = followed.communicate(timeout=30)
+    assert followed.returncode == 0, err
+    assert out.splitlines() == ["building"] and err.splitlines() == ["warning: x"]
+    cancelled = api.runs.create("never runs").run_id
+    api.runs.cancel(cancelled)
+    assert spawn(live, "runs", "watch", cancelled).wait(timeout=30) == 1
+    missing = spawn(live, "runs", "watch", "run_missing")
+    assert missing.wait(timeout=30) == 1  # a 404 problem: the CLI's usual refusal
+
+
+def test_client_iterators_sync_and_async_resume_after(live: LiveServer, api: FactoryClient) -> None:
+    run_id = start_run(api)
+    finish(api, run_id, "ERROR")
+    events = list(api.runs.events(run_id))
+    assert [e.state or e.text for e in events] == [
+        "QUEUED",
+        "CLAIMED",
+        "INPROGRESS",
+        "building",
+        "warning: x",
+        "ERROR",
+    ]
+    assert events[-1].terminal and events[-1].data["status_message"] == {"message": "all done"}
+    resumed = list(api.runs.events(run_id, after=events[2].id))
+    assert [e.id for e in resumed] == [e.id for e in events[3:]]
+
+    async def read() -> list[int]:
+        async with AsyncFactoryClient(live.url, live.admin_key) as client:
+            return [e.id async for e in client.runs.events(run_id)]
+
+    assert asyncio.run(read()) == [e.id for e in events]
