@@ -266,6 +266,7 @@ def seed(server: Server) -> Seeds:
     server.call("POST", f"{v1}/workers/runs/{live}/logs", {"lines": lines, "worker_id": WORKER_ID})
     dispatched = server.call("POST", f"{v1}/factory/{api['uid']}/runs", {"prompt": "fuzz: dispatched"})
     s.runs += [queued, cancelled, live, dispatched["run_id"]]
+    ENDED_RUN["id"] = cancelled
 
     # Environments and secrets: API-managed, definitions-managed (read-only: 409) and in use (409).
     server.call("POST", f"{v1}/environments", {"name": "fuzz-env", "setup": ["true"]}, 201)
@@ -306,13 +307,26 @@ def problem_json(ctx: CheckContext, response: Response, case: Case[Any]) -> bool
     return None
 
 
-def _no_long_poll(context: HookContext, case: Case[Any], kwargs: dict[str, Any]) -> None:
-    """``POST /workers/claim`` long-polls up to ``wait_seconds`` (at most 30 s): a positive wait is sent
-    as 0, so a fuzzed claim never waits; every other part of the body, and invalid waits, stay fuzzed."""
-    if case.operation.definition.raw.get("operationId") == "claimRun" and isinstance(case.body, dict):
+# A run that has ended (seeded): a stream of it replays and ends instead of following a live run.
+ENDED_RUN: dict[str, str] = {}
+
+
+def _never_wait(context: HookContext, case: Case[Any], kwargs: dict[str, Any]) -> None:
+    """Calls that would wait are sent so they do not, and everything else about them stays fuzzed:
+    ``POST /workers/claim`` long-polls up to ``wait_seconds`` (a positive wait is sent as 0), and
+    ``GET /agent/runs/{runId}/events`` follows a live run until it ends (a seeded run's ID is swapped for
+    the ended run's, so the stream replays and closes)."""
+    operation = case.operation.definition.raw.get("operationId")
+    if operation == "claimRun" and isinstance(case.body, dict):
         wait = case.body.get("wait_seconds")
         if isinstance(wait, int | float) and not isinstance(wait, bool) and wait > 0:
             case.body["wait_seconds"] = 0
+    if (
+        operation == "streamRunEvents"
+        and ENDED_RUN
+        and str(case.path_parameters.get("runId", "")).startswith("run_")
+    ):
+        case.path_parameters["runId"] = ENDED_RUN["id"]
 
 
 def fuzz_config(server: Server, s: Seeds) -> schemathesis.Config:
@@ -478,7 +492,7 @@ class Report:
 def fuzz(schema: BaseSchema, database: str) -> Report:
     """Run schemathesis' engine over every operation (examples, coverage and fuzzing phases)."""
     report = Report(database)
-    schemathesis.hook("before_call")(_no_long_poll)  # global: the only scope before_call has; removed below
+    schemathesis.hook("before_call")(_never_wait)  # global: the only scope before_call has; removed below
     try:
         for event in schemathesis.engine.from_schema(schema).execute():
             if isinstance(event, events.ScenarioFinished):
@@ -492,7 +506,7 @@ def fuzz(schema: BaseSchema, database: str) -> Report:
             elif isinstance(event, events.EngineFinished):
                 report.elapsed = event.running_time
     finally:
-        schemathesis.hooks.GLOBAL_HOOK_DISPATCHER.unregister(_no_long_poll)
+        schemathesis.hooks.GLOBAL_HOOK_DISPATCHER.unregister(_never_wait)
     return report
 
 

@@ -11,50 +11,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-from factoryctl.client import FactoryClient
-from store.crypto import SecretBox
-
-# live_servers lives with the client tests; this directory has no conftest that would put it on sys.path.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client"))
+from cli_runner import cli
 from live_servers import LiveServer, unique
 
-SECRET_KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[LiveServer]:
-    data_dir = tmp_path_factory.mktemp("replay-cli")
-    shutil.copyfile(sqlite_template, data_dir / "factory.db")
-    server = LiveServer(
-        f"sqlite+aiosqlite:///{data_dir / 'factory.db'}", data_dir, SecretBox.from_setting(SECRET_KEY)
-    )
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def cli(live: LiveServer, *args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
-    """``factoryctl ARGS --server URL`` with the admin key (or ``key``), nothing else of FACTORY_*."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
-    env |= {"FACTORY_API_KEY": key or live.admin_key, "NO_COLOR": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "factoryctl.cli", *args, "--server", live.url],
-        capture_output=True,
-        text=True,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-    )
+from factoryctl.client import FactoryClient
 
 
 @pytest.fixture

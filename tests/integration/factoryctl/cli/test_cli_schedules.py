@@ -10,66 +10,16 @@ Schedules are created through the API (the typed client), definition-managed one
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import builders
-import pytest
+from cli_runner import cli, ok
+from live_servers import LiveServer, unique
 
 from factoryctl.client import FactoryClient, ScheduledAgent
 from store.clock import SystemClock
-from store.crypto import SecretBox
 
-# live_servers lives with the client tests; this directory has no conftest that would put it on sys.path.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client"))
-from live_servers import LiveServer, unique
-
-SECRET_KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
 HEADERS = ["NAME", "ID", "CRON", "TZ", "ENABLED", "NEXT RUN", "LAST RUN", "MANAGED BY"]
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[LiveServer]:
-    data_dir = tmp_path_factory.mktemp("schedules-cli")
-    shutil.copyfile(sqlite_template, data_dir / "factory.db")
-    server = LiveServer(
-        f"sqlite+aiosqlite:///{data_dir / 'factory.db'}", data_dir, SecretBox.from_setting(SECRET_KEY)
-    )
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def api(live: LiveServer) -> Iterator[FactoryClient]:
-    with FactoryClient(live.url, live.admin_key) as client:
-        yield client
-
-
-def cli(live: LiveServer, *args: str) -> subprocess.CompletedProcess[str]:
-    """``factoryctl ARGS --server URL`` with the admin key, nothing else of this process's FACTORY_*."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
-    env |= {"FACTORY_API_KEY": live.admin_key, "NO_COLOR": "1", "FACTORY_DATA_DIR": str(live.data_dir)}
-    return subprocess.run(
-        [sys.executable, "-m", "factoryctl.cli", *args, "--server", live.url],
-        capture_output=True,
-        text=True,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-    )
-
-
-def ok(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def definition_schedule(live: LiveServer, name: str) -> str:

@@ -9,56 +9,14 @@ A watcher started before the run moves proves the live part; one started after t
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-from factoryctl.client import AsyncFactoryClient, FactoryClient
-from store.crypto import SecretBox
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client"))
+from cli_runner import spawn
 from live_servers import LiveServer
 
-SECRET_KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
+from factoryctl.client import AsyncFactoryClient, FactoryClient
+
 WORKER = "wk-watch"
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[LiveServer]:
-    data_dir = tmp_path_factory.mktemp("watch-cli")
-    shutil.copyfile(sqlite_template, data_dir / "factory.db")
-    server = LiveServer(
-        f"sqlite+aiosqlite:///{data_dir / 'factory.db'}", data_dir, SecretBox.from_setting(SECRET_KEY)
-    )
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def api(live: LiveServer) -> Iterator[FactoryClient]:
-    with FactoryClient(live.url, live.admin_key) as client:
-        yield client
-
-
-def spawn(live: LiveServer, *args: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
-    env |= {"FACTORY_API_KEY": live.admin_key, "NO_COLOR": "1", "FACTORY_DATA_DIR": str(live.data_dir)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "factoryctl.cli", *args, "--server", live.url],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def start_run(api: FactoryClient) -> str:
