@@ -17,20 +17,28 @@ from aiohttp import web
 
 Lifecycle = Callable[[web.Application], AsyncIterator[None]]
 Tick = Callable[[web.Application], Awaitable[object]]
+Interval = float | Callable[[web.Application], float]
 
 
-def periodic(name: str, interval_seconds: float, tick: Tick, *, log: logging.Logger) -> Lifecycle:
-    """A ``cleanup_ctx`` lifecycle calling ``tick(app)`` now and then every ``interval_seconds``."""
-    if interval_seconds <= 0:
+def periodic(name: str, interval_seconds: Interval, tick: Tick, *, log: logging.Logger) -> Lifecycle:
+    """A ``cleanup_ctx`` lifecycle calling ``tick(app)`` now and then every ``interval_seconds``.
+
+    ``interval_seconds`` may be a function of the app, read before each sleep: a job whose interval is a
+    setting of a live app (tests shorten it) follows a change without a restart.
+    """
+    if not callable(interval_seconds) and interval_seconds <= 0:
         raise ValueError("interval_seconds must be positive")
+
+    def interval(app: web.Application) -> float:
+        return interval_seconds(app) if callable(interval_seconds) else interval_seconds
 
     async def loop(app: web.Application) -> None:
         while True:
             try:
                 await tick(app)
             except Exception:  # retried on the next tick
-                log.exception("%s failed; retrying in %gs", name, interval_seconds)
-            await asyncio.sleep(interval_seconds)
+                log.exception("%s failed; retrying in %gs", name, interval(app))
+            await asyncio.sleep(interval(app))
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         task = asyncio.create_task(loop(app), name=name)

@@ -151,8 +151,11 @@ async def read_after(session: AsyncSession, run_id: str, after: int, limit: int)
     return list((await session.scalars(stmt.limit(limit))).all())
 
 
+_TERMINAL_VALUES: Final = frozenset(s.value for s in TERMINAL)
+
+
 def is_terminal(state: str | None) -> bool:
-    return state is not None and state in {s.value for s in TERMINAL}
+    return state in _TERMINAL_VALUES
 
 
 def event_json(event: RunEvent) -> dict[str, Any]:

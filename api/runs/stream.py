@@ -17,7 +17,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -27,6 +27,7 @@ from api.auth import require
 from api.context import SESSIONS
 from api.errors import BadRequest, RateLimited
 from api.http.paths import API_V1
+from api.periodic import periodic
 from api.runs import events
 from api.runs import records as runs
 from api.runs.claim_signal import ClaimSignal
@@ -180,27 +181,6 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
-    """The hub's ``max(id)`` probe, running while the app runs; cancelled and awaited when it stops."""
-    hub = app[EVENT_HUB]
-
-    async def loop() -> None:
-        while True:
-            try:
-                await hub.probe(app)
-            except Exception:  # the store may be briefly down: the next probe retries
-                log.exception("event stream probe failed")
-            await asyncio.sleep(hub.settings.poll_seconds)
-
-    task = asyncio.create_task(loop(), name="run-events-probe")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 async def _close_streams(app: web.Application) -> None:
     await app[EVENT_HUB].close()
 
@@ -208,5 +188,13 @@ async def _close_streams(app: web.Application) -> None:
 def setup(app: web.Application) -> None:
     app[EVENT_HUB] = EventHub()
     app.router.add_get(API_V1 + "/agent/runs/{run_id}/events", run_events)
-    app.cleanup_ctx.append(_lifecycle)
+    # The probe: one cheap max(id) per poll interval while streams are open (a no-op otherwise).
+    app.cleanup_ctx.append(
+        periodic(
+            "run-events-probe",
+            lambda app: app[EVENT_HUB].settings.poll_seconds,
+            lambda app: app[EVENT_HUB].probe(app),
+            log=log,
+        )
+    )
     app.on_shutdown.append(_close_streams)
