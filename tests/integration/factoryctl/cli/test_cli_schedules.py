@@ -12,35 +12,12 @@ from __future__ import annotations
 import json
 import re
 
-import builders
 from cli_runner import cli, ok
-from live_servers import LiveServer, unique
+from live_servers import LiveServer, definition_schedule, unique
 
 from factoryctl.client import FactoryClient, ScheduledAgent
-from store.clock import SystemClock
 
 HEADERS = ["NAME", "ID", "CRON", "TZ", "ENABLED", "NEXT RUN", "LAST RUN", "MANAGED BY"]
-
-
-def definition_schedule(live: LiveServer, name: str) -> str:
-    """A schedule as an apply of ``schedules/<name>.yaml`` leaves it, in a factory of its own."""
-
-    async def go() -> str:
-        async with live.sessions() as s, s.begin():
-            team = await builders.team(s)
-            factory = await builders.factory(s, SystemClock(), team.id, unique("factory"))
-            row = await builders.schedule(
-                s,
-                SystemClock(),
-                team.id,
-                name,
-                "0 6 * * *",
-                factory_uid=factory.uid,
-                managed_by="definitions",
-            )
-        return row.uid
-
-    return live.run(go())
 
 
 def table(stdout: str) -> list[list[str]]:
@@ -53,7 +30,7 @@ def test_list_prints_one_row_per_schedule_and_json_is_the_api_answer(
 ) -> None:
     active = api.schedules.create(unique("active"), "0 6 * * *", prompt="p", timezone="Europe/Berlin")
     paused = api.schedules.create(unique("paused"), "30 9 * * MON", prompt="p", enabled=False)
-    from_file = definition_schedule(live, unique("from-file"))
+    from_file = definition_schedule(live, unique("from-file"), managed_by="definitions")
 
     header, *rows = table(ok(cli(live, "schedules", "list")))
     assert header == HEADERS
@@ -116,7 +93,7 @@ def test_run_now_prints_the_run_id_and_runs_list_finds_it_by_schedule(
 
 def test_a_definition_managed_schedule_refuses_pause_with_the_file_and_exit_1(live: LiveServer) -> None:
     name = unique("from-file")
-    schedule_id = definition_schedule(live, name)
+    schedule_id = definition_schedule(live, name, managed_by="definitions")
     done = cli(live, "schedules", "pause", name)
     assert (done.returncode, done.stdout) == (1, ""), done.stderr
     [line] = done.stderr.splitlines()

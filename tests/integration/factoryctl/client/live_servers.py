@@ -41,6 +41,22 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def definition_schedule(live: LiveServer, name: str, **fields: Any) -> str:
+    """A schedule as an apply of ``schedules/<name>.yaml`` leaves it, in a factory of its own; ``fields``
+    go to ``builders.schedule`` (``timezone``, ``prompt``, ``enabled``...). Returns its ID."""
+
+    async def go() -> str:
+        async with live.sessions() as s, s.begin():
+            team = await builders.team(s)
+            factory = await builders.factory(s, SystemClock(), team.id, unique("sched-factory"))
+            row = await builders.schedule(
+                s, SystemClock(), team.id, name, "0 6 * * *", factory_uid=factory.uid, **fields
+            )
+        return row.uid
+
+    return live.run(go())
+
+
 class ThreadedApp:
     """An aiohttp app served on 127.0.0.1 by a background thread with its own event loop."""
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterator
 
-import builders
 import pytest
-from live_servers import LiveServer, unique
+from live_servers import LiveServer, definition_schedule, unique
 
 from factoryctl.client import (
     AsyncFactoryClient,
@@ -23,37 +22,12 @@ from factoryctl.client import (
     ScheduledAgent,
     UnprocessableEntityError,
 )
-from store.clock import SystemClock
 
 
 @pytest.fixture
 def admin(live: LiveServer) -> Iterator[FactoryClient]:
     with FactoryClient(live.url, live.admin_key) as client:
         yield client
-
-
-def definition_schedule(live: LiveServer, name: str, *, enabled: bool = True) -> str:
-    """A schedule as an apply of ``schedules/<name>.yaml`` leaves it, in a factory of its own."""
-
-    async def go() -> str:
-        async with live.sessions() as s, s.begin():
-            team = await builders.team(s)
-            factory = await builders.factory(s, SystemClock(), team.id, unique("sched-factory"))
-            row = await builders.schedule(
-                s,
-                SystemClock(),
-                team.id,
-                name,
-                "0 6 * * *",
-                factory_uid=factory.uid,
-                timezone="Europe/Berlin",
-                prompt="Write the nightly report.",
-                managed_by="definitions",
-                enabled=enabled,
-            )
-        return row.uid
-
-    return live.run(go())
 
 
 def test_create_get_list_update_pause_resume_delete(admin: FactoryClient) -> None:
@@ -124,7 +98,9 @@ def test_a_definition_managed_schedule_is_changed_in_its_file_not_through_the_ap
     live: LiveServer, admin: FactoryClient
 ) -> None:
     name = unique("from-file")
-    schedule_id = definition_schedule(live, name)
+    schedule_id = definition_schedule(
+        live, name, timezone="Europe/Berlin", prompt="Write the nightly report.", managed_by="definitions"
+    )
     item = admin.schedules.get(schedule_id)
     assert (item.managed_by, item.definition_path) == ("definitions", f"schedules/{name}.yaml")
     assert item.factory_uid is not None and item.timezone == "Europe/Berlin"
