@@ -35,3 +35,5 @@ SECRET = "sec"  # noqa: S105 - an ID prefix, not a password
 TEAM = "tm"
 KEY = "key"
 SCHEDULE = "sch"
+NOTIFICATION = "ne"  # an outbound notification endpoint
+MESSAGE = "msg"  # one notification message: its Standard Webhooks webhook-id

@@ -459,7 +459,8 @@ class RunEvent(Base):
     __tablename__ = "run_events"
     __table_args__ = (
         Index("ix_run_events_run_id_id", "run_id", "id"),
-        Index("ix_run_events_team_id_id", "team_id", "id"),
+        Index("ix_run_events_team_id_txid_id", "team_id", "txid", "id"),
+        Index("ix_run_events_txid_id", "txid", "id"),
         # AUTOINCREMENT: SQLite never reuses an id, even the highest one's after its run is deleted
         {"sqlite_autoincrement": True},
     )
@@ -467,6 +468,107 @@ class RunEvent(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"))
     team_id: Mapped[str] = mapped_column(String(40))
     factory_uid: Mapped[str | None] = mapped_column(String(40))
+    # The writing transaction's id on PostgreSQL (a server default set by migration 0005); 0 on SQLite,
+    # whose single writer commits in id order. Cross-run readers order by (txid, id) below the oldest
+    # running transaction (docs/events.md, "Ordering and delivery").
+    txid: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     kind: Mapped[str] = mapped_column(String(10))
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[dt.datetime]
+
+
+# --- outbound notifications (docs/notifications.md) -----------------------------------------------
+
+
+class NotificationEndpoint(Base):
+    """A receiver told about run state changes: ``notifications/<name>.yaml`` or created over the API.
+
+    ``events`` lists run states (or ``run.*``); ``filter`` narrows by factory, automation and source.
+    ``consecutive_failures`` counts failed attempts since the last success; at the threshold the
+    endpoint is marked ``failing`` (it keeps being attempted; a success clears it).
+    """
+
+    __tablename__ = "notification_endpoints"
+    __table_args__ = (UniqueConstraint("factory_uid", "name"),)
+    uid: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"), index=True)
+    factory_uid: Mapped[str] = mapped_column(ForeignKey("factories.uid", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    url: Mapped[str] = mapped_column(String(2000))
+    secret_name: Mapped[str] = mapped_column(String(200))
+    events: Mapped[list[Any]] = mapped_column(default=list)
+    filter: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    description: Mapped[str | None] = mapped_column(Text)
+    failing: Mapped[bool] = mapped_column(Boolean, default=False)
+    consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+    failing_since: Mapped[dt.datetime | None]
+    last_success_at: Mapped[dt.datetime | None]
+    managed_by: Mapped[str] = mapped_column(String(20))  # definitions | api
+    definition_path: Mapped[str | None] = mapped_column(String(1000))
+    spec_digest: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+
+
+class NotificationMessage(Base):
+    """One run event for one endpoint: the outbox entry the sender delivers (at least once).
+
+    ``id`` is the Standard Webhooks ``webhook-id`` of every attempt (receivers de-duplicate on it) and
+    ``payload`` the exact body, frozen when the message is made. The unique (endpoint, event) pair makes
+    the fan-out idempotent. ``status`` is ``pending`` | ``delivered`` | ``failed``; a pending message is
+    due at ``next_attempt_at``, which a claim pushes past the attempt's deadline (its lease), so a sender
+    killed mid-attempt leaves it due again; ``claim_token`` fences a stale sender's result.
+    """
+
+    __tablename__ = "notification_messages"
+    __table_args__ = (
+        UniqueConstraint("endpoint_uid", "event_id"),
+        Index("ix_notification_messages_due", "status", "next_attempt_at"),
+        Index("ix_notification_messages_endpoint", "endpoint_uid", "created_at"),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[str] = mapped_column(String(40))
+    endpoint_uid: Mapped[str] = mapped_column(ForeignKey("notification_endpoints.uid", ondelete="CASCADE"))
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"), index=True)
+    event_id: Mapped[int] = mapped_column(BigInteger)
+    event_type: Mapped[str] = mapped_column(String(40))
+    payload: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(12))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[dt.datetime | None]
+    claim_token: Mapped[str | None] = mapped_column(String(40))
+    last_attempt_at: Mapped[dt.datetime | None]
+    last_response_status: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(String(500))
+    delivered_at: Mapped[dt.datetime | None]
+    created_at: Mapped[dt.datetime]
+
+
+class NotificationAttempt(Base):
+    """One HTTP attempt of a message: when, how long, what came back, and what happens next."""
+
+    __tablename__ = "notification_attempts"
+    __table_args__ = (Index("ix_notification_attempts_message_id_id", "message_id", "id"),)
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    message_id: Mapped[str] = mapped_column(ForeignKey("notification_messages.id", ondelete="CASCADE"))
+    endpoint_uid: Mapped[str] = mapped_column(String(40))
+    attempt: Mapped[int] = mapped_column(Integer)
+    trigger: Mapped[str] = mapped_column(String(10))  # scheduled | manual
+    started_at: Mapped[dt.datetime]
+    duration_ms: Mapped[int] = mapped_column(Integer)
+    outcome: Mapped[str] = mapped_column(String(12))  # succeeded | failed | timeout | refused
+    response_status: Mapped[int | None] = mapped_column(Integer)
+    response_excerpt: Mapped[str | None] = mapped_column(String(500))
+    error: Mapped[str | None] = mapped_column(String(500))
+    next_attempt_at: Mapped[dt.datetime | None]
+
+
+class NotificationCursor(Base):
+    """How far the fan-out has read ``run_events``, as a (txid, id) position (one row, ``name`` fan-out)."""
+
+    __tablename__ = "notification_cursor"
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    txid: Mapped[int] = mapped_column(BigInteger)
+    event_id: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[dt.datetime]
