@@ -8,7 +8,9 @@ follow-ups, and :func:`api.runs.queue.append_logs` (log lines, bounded by :data:
 
 Ordering: every writer holds the run's row lock (or, on SQLite, the database write lock) from before it
 takes an id until it commits, so one run's events commit in id order and a reader polling "id > last"
-never skips one (docs/events.md, "Ordering and delivery").
+never skips one (docs/events.md, "Ordering and delivery"). Across runs, ids can commit out of order on
+PostgreSQL, so readers of many runs (the team stream, the notification fan-out) use
+:func:`read_ordered`: positions are (txid, id), read only below the oldest running transaction.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast
 
-from sqlalchemy import Connection, Table, func, insert, select
+from sqlalchemy import ColumnElement, Connection, Table, func, insert, literal_column, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import object_session
 
@@ -151,6 +153,67 @@ async def read_after(session: AsyncSession, run_id: str, after: int, limit: int)
     return list((await session.scalars(stmt.limit(limit))).all())
 
 
+Position = tuple[int, int]  # (txid, id): an order of events across runs that only grows at the end
+START: Final[Position] = (0, 0)
+_HORIZON: Final[ColumnElement[int]] = literal_column(
+    "(SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint)"
+)
+
+
+async def read_ordered(
+    session: AsyncSession,
+    after: Position,
+    limit: int,
+    *,
+    team_id: str | None = None,
+) -> list[RunEvent]:
+    """Events after ``after`` in (txid, id) order, of one team or of all, at most ``limit``.
+
+    On PostgreSQL only events of transactions older than the oldest running one are read (the
+    horizon is taken in the same statement, so from the same snapshot): no transaction can still commit
+    an event that sorts before what this returns, so a reader that moves its position to the last row
+    never skips one (docs/events.md, "Ordering and delivery"). A long-running transaction anywhere in
+    the cluster holds readers back until it ends. SQLite writes one transaction at a time; its txid is 0
+    and ids are in commit order.
+    """
+    stmt = select(RunEvent).where(tuple_(RunEvent.txid, RunEvent.id) > tuple_(*after))
+    if team_id is not None:
+        stmt = stmt.where(RunEvent.team_id == team_id)
+    if session.get_bind().dialect.name == "postgresql":
+        stmt = stmt.where(RunEvent.txid < _HORIZON)
+    stmt = stmt.order_by(RunEvent.txid, RunEvent.id).limit(limit)
+    return list((await session.scalars(stmt)).all())
+
+
+async def latest_position(session: AsyncSession, *, team_id: str | None = None) -> Position:
+    """The position of the newest event readable now (:data:`START` when there is none): a reader that
+    starts here sees only what happens from now on."""
+    stmt = select(RunEvent.txid, RunEvent.id)
+    if team_id is not None:
+        stmt = stmt.where(RunEvent.team_id == team_id)
+    if session.get_bind().dialect.name == "postgresql":
+        stmt = stmt.where(RunEvent.txid < _HORIZON)
+    row = (await session.execute(stmt.order_by(RunEvent.txid.desc(), RunEvent.id.desc()).limit(1))).first()
+    return START if row is None else (int(row[0]), int(row[1]))
+
+
+def position_of(event: RunEvent) -> Position:
+    return (event.txid, event.id)
+
+
+def format_position(position: Position) -> str:
+    """The opaque cursor text of a cross-run position (the team stream's SSE id)."""
+    return f"{position[0]}-{position[1]}"
+
+
+def parse_position(text: str) -> Position:
+    """The position of :func:`format_position`'s text; ValueError when it is not one."""
+    head, sep, tail = text.strip().partition("-")
+    if not sep or not head.isdigit() or not tail.isdigit() or len(text) > 60:
+        raise ValueError(f"not an event cursor: {text[:60]!r}")
+    return (int(head), int(tail))
+
+
 _TERMINAL_VALUES: Final = frozenset(s.value for s in TERMINAL)
 
 
@@ -173,14 +236,21 @@ __all__ = [
     "FOLLOWUP",
     "LOG",
     "MAX_EVENTS_PER_RUN",
+    "START",
     "STATE",
     "TRUNCATED",
+    "Position",
     "add_event",
     "event_json",
+    "format_position",
     "insert_created",
     "insert_rows",
     "is_terminal",
+    "latest_position",
+    "parse_position",
+    "position_of",
     "read_after",
+    "read_ordered",
     "record_logs",
     "record_state",
     "state_data",
