@@ -538,6 +538,7 @@ class NotificationMessage(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[dt.datetime | None]
     claim_token: Mapped[str | None] = mapped_column(String(40))
+    manual: Mapped[bool] = mapped_column(Boolean, default=False)  # a resend asked for: one attempt, by hand
     last_attempt_at: Mapped[dt.datetime | None]
     last_response_status: Mapped[int | None] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(String(500))

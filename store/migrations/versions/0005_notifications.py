@@ -68,6 +68,7 @@ def upgrade() -> None:
     sa.Column('attempts', sa.Integer(), nullable=False),
     sa.Column('next_attempt_at', store.models.UTCDateTime(timezone=True), nullable=True),
     sa.Column('claim_token', sa.String(length=40), nullable=True),
+    sa.Column('manual', sa.Boolean(), nullable=False),
     sa.Column('last_attempt_at', store.models.UTCDateTime(timezone=True), nullable=True),
     sa.Column('last_response_status', sa.Integer(), nullable=True),
     sa.Column('last_error', sa.String(length=500), nullable=True),
