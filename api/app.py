@@ -45,6 +45,7 @@ ROUTE_MODULES: tuple[str, ...] = (
     "api.environments.routes",
     "api.schedules.routes",
     "api.agents.routes",
+    "api.notifications.routes",
 )
 
 Lifecycle = Callable[[web.Application], AsyncIterator[None]]
