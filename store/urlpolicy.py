@@ -7,6 +7,8 @@ rule, checked twice:
 1. **When the URL is written** (definitions FC080, the management API): ``https``, or ``http`` only to a
    loopback host (``localhost``, ``127.0.0.0/8``, ``::1``); no user name or password in the URL; a host;
    a literal address must be public (:func:`address_refusal`). Hostnames cannot be judged here.
+   A host made only of numbers that is not a canonical address (``2852039166``, ``0x7f.1``, ``0``) is
+   refused too: resolvers read such names as addresses in ways that differ between libraries.
 2. **When a message is sent**: every address the hostname resolves to must pass :func:`address_refusal`,
    and the connection goes to the checked address (no second lookup a rebinding DNS server could
    answer differently). Redirects are never followed.
@@ -21,12 +23,14 @@ internal service) can run beside the server.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Final
 from urllib.parse import urlsplit
 
 MAX_URL_LENGTH: Final = 2000
 _NAT64: Final = ipaddress.ip_network("64:ff9b::/96")
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost."})
+_NUMERIC: Final = re.compile(r"(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+))*\.?", re.IGNORECASE)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -102,6 +106,8 @@ def url_refusal(url: str) -> str | None:
     if scheme == "http" and not loopback:
         return "plain http is allowed only to a loopback host (localhost, 127.0.0.1, ::1); use https"
     ip = _literal(host)
+    if ip is None and _NUMERIC.fullmatch(host):
+        return f"the URL's host {host!r} is a number but not a canonical IP address (write it as a.b.c.d)"
     if ip is not None and not loopback:
         reason = address_refusal(ip)
         if reason is not None:

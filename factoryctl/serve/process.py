@@ -21,6 +21,7 @@ from api.claims.reaper import lease_reaper
 from api.context import ServerSettings
 from api.ingress.retention import retention_job
 from api.management.validate import VALIDATOR
+from api.notifications.service import notification_sender
 from api.ops import JsonAccessLogger
 from api.redaction import install_log_redaction
 from api.schedules.scheduler import schedule_scheduler
@@ -178,6 +179,9 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
     # Every replica runs the scheduler; a schedule's fire row decides which one starts a run
     # (docs/schedules.md, "How schedules fire").
     out.append(schedule_scheduler())
+    # Every replica runs a notification sender; claims (SKIP LOCKED) decide who sends what
+    # (docs/notifications.md, "At least once").
+    out.append(notification_sender())
     # Service-hosted workers; agents never inherit the server's credentials.
     out.append(
         service_workers(

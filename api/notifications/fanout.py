@@ -1,0 +1,238 @@
+"""The outbox's first half: committed run state events become one message per subscribed endpoint.
+
+The outbox *is* the run event log (docs/notifications.md, "At least once"): every state change writes its
+``state`` event in the change's own transaction (:mod:`api.runs.events`), so a committed change always has
+its event and a rolled-back one never does. This module reads those events in commit order
+(:func:`api.runs.events.read_ordered`, the same cursor the team stream uses), matches each against the
+team's enabled endpoints (:func:`store.notification_rules.matches`) and inserts the messages, freezing
+their body. The position read up to is stored in ``notification_cursor`` and moved in the same
+transaction as the messages it produced; the unique (endpoint, event) pair makes a second insert of a
+message a no-op, so a fan-out repeated after a crash produces nothing twice.
+
+Replicas take turns without locks while reading: a turn moves the cursor with a compare-and-set from the
+position it read, so of two replicas reading the same events one writes their messages and the other
+writes nothing. An endpoint hears only of events written after
+it was created, and a fresh cursor starts at the newest event, never at the start of history.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+from sqlalchemy import Table, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.runs import events
+from store import ids
+from store.clock import Clock, rfc3339
+from store.models import (
+    Automation,
+    Factory,
+    NotificationCursor,
+    NotificationEndpoint,
+    NotificationMessage,
+    Run,
+    RunEvent,
+)
+from store.notification_rules import RunFacts, event_type, is_change, matches
+
+CURSOR: Final = "fanout"
+PENDING: Final = "pending"
+_MESSAGES: Table = NotificationMessage.__table__  # type: ignore[assignment]
+
+
+def _insert_messages(dialect: str) -> Any:
+    insert_ = sqlite.insert if dialect == "sqlite" else postgresql.insert
+    return insert_(_MESSAGES).on_conflict_do_nothing(
+        index_elements=[_MESSAGES.c.endpoint_uid, _MESSAGES.c.event_id]
+    )
+
+
+_INSERT: Final = {dialect: _insert_messages(dialect) for dialect in ("sqlite", "postgresql")}
+
+
+async def _read_cursor(session: AsyncSession, clock: Clock) -> events.Position | None:
+    """The stored position; None the first time (the cursor is then created at the newest event)."""
+    row = (
+        await session.execute(
+            select(NotificationCursor.txid, NotificationCursor.event_id).where(
+                NotificationCursor.name == CURSOR
+            )
+        )
+    ).first()
+    if row is not None:
+        return (int(row[0]), int(row[1]))
+    start = await events.latest_position(session)
+    insert_ = sqlite.insert if session.get_bind().dialect.name == "sqlite" else postgresql.insert
+    await session.execute(
+        insert_(NotificationCursor)
+        .values(name=CURSOR, txid=start[0], event_id=start[1], updated_at=clock.now())
+        .on_conflict_do_nothing(index_elements=[NotificationCursor.name])
+    )
+    return None
+
+
+async def _advance(session: AsyncSession, clock: Clock, old: events.Position, new: events.Position) -> bool:
+    """Move the cursor from ``old`` to ``new`` if nobody moved it meanwhile (compare and set).
+
+    On PostgreSQL a concurrent fan-out's UPDATE waits for this transaction and then finds the position
+    changed; on SQLite this statement takes the write lock. Either way one turn wins per position.
+    """
+    result = await session.execute(
+        update(NotificationCursor)
+        .where(
+            NotificationCursor.name == CURSOR,
+            NotificationCursor.txid == old[0],
+            NotificationCursor.event_id == old[1],
+        )
+        .values(txid=new[0], event_id=new[1], updated_at=clock.now())
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+async def _endpoints(session: AsyncSession, teams: Iterable[str]) -> dict[str, list[NotificationEndpoint]]:
+    stmt = select(NotificationEndpoint).where(
+        NotificationEndpoint.team_id.in_(sorted(set(teams))), NotificationEndpoint.enabled.is_(True)
+    )
+    out: dict[str, list[NotificationEndpoint]] = defaultdict(list)
+    for endpoint in await session.scalars(stmt):
+        out[endpoint.team_id].append(endpoint)
+    return out
+
+
+async def _runs(session: AsyncSession, run_ids: Iterable[str]) -> dict[str, Any]:
+    """What a message says about each run, with its factory's and automation's names, in one query."""
+    stmt = (
+        select(
+            Run.run_id,
+            Run.title,
+            Run.source,
+            Run.factory_uid,
+            Run.automation_id,
+            Run.schedule_id,
+            Run.created_at,
+            Factory.name.label("factory_name"),
+            Automation.name.label("automation_name"),
+        )
+        .outerjoin(Factory, Factory.uid == Run.factory_uid)
+        .outerjoin(Automation, Automation.uid == Run.automation_id)
+        .where(Run.run_id.in_(sorted(set(run_ids))))
+    )
+    return {row.run_id: row for row in await session.execute(stmt)}
+
+
+def _payload(event: RunEvent, run: Any) -> str:
+    """The message body (docs/notifications.md, "The message"), frozen when the message is made."""
+    data = event.data
+    body = {
+        "type": event_type(data["state"]),
+        "timestamp": rfc3339(event.created_at),
+        "data": {
+            "run_id": event.run_id,
+            "state": data["state"],
+            "previous_state": data.get("previous_state"),
+            "status_message": data.get("status_message"),
+            "error_code": data.get("error_code"),
+            "title": run.title,
+            "source": run.source,
+            "factory": {"uid": run.factory_uid, "name": run.factory_name} if run.factory_uid else None,
+            "automation": (
+                {"id": run.automation_id, "name": run.automation_name} if run.automation_id else None
+            ),
+            "schedule_id": run.schedule_id,
+            "run_created_at": rfc3339(run.created_at),
+            "event_id": event.id,
+        },
+    }
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def _messages(
+    changes: Sequence[RunEvent],
+    endpoints: dict[str, list[NotificationEndpoint]],
+    runs: dict[str, Any],
+    now: dt.datetime,
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for event in changes:
+        run = runs.get(event.run_id)
+        if run is None:
+            continue  # deleted since (retention): its events went with it
+        facts = RunFacts(
+            state=event.data["state"],
+            previous_state=event.data.get("previous_state"),
+            factory_uid=run.factory_uid,
+            factory_name=run.factory_name,
+            automation_name=run.automation_name,
+            source=run.source,
+        )
+        body: str | None = None
+        for endpoint in endpoints.get(event.team_id, ()):
+            if event.created_at < endpoint.created_at:
+                continue
+            if not matches(endpoint.events, endpoint.filter, endpoint.factory_uid, facts):
+                continue
+            body = body or _payload(event, run)
+            rows.append(
+                {
+                    "id": ids.new_id(ids.MESSAGE),
+                    "team_id": event.team_id,
+                    "endpoint_uid": endpoint.uid,
+                    "run_id": event.run_id,
+                    "event_id": event.id,
+                    "event_type": event_type(facts.state),
+                    "payload": body,
+                    "status": PENDING,
+                    "attempts": 0,
+                    "manual": False,
+                    "next_attempt_at": now,
+                    "created_at": now,
+                }
+            )
+    return rows
+
+
+def _changed(event: RunEvent) -> bool:
+    return is_change(event.data["state"], event.data.get("previous_state"))
+
+
+async def fan_out(session: AsyncSession, clock: Clock, *, batch: int = 2000, rounds: int = 5) -> int:
+    """One turn: read up to ``rounds`` batches of events past the cursor, make their messages, and — if
+    the cursor was still where this turn found it — move it and write them. Returns how many messages
+    were written. Reading takes no lock, so ingress is never held up by a fan-out. The caller commits."""
+    start = await _read_cursor(session, clock)
+    if start is None:
+        return 0
+    position = start
+    messages: list[dict[str, Any]] = []
+    for _ in range(rounds):
+        rows = await events.read_ordered(session, position, batch)
+        if not rows:
+            break
+        position = events.position_of(rows[-1])
+        changes = [
+            e
+            for e in rows
+            if e.kind == events.STATE and is_change(e.data["state"], e.data.get("previous_state"))
+        ]
+        if changes:
+            endpoints = await _endpoints(session, (e.team_id for e in changes))
+            if endpoints:
+                runs = await _runs(session, (e.run_id for e in changes))
+                messages += _messages(changes, endpoints, runs, clock.now())
+        if len(rows) < batch:
+            break
+    if position == start or not await _advance(session, clock, start, position):
+        return 0
+    if messages:
+        await session.execute(_INSERT[session.get_bind().dialect.name], messages)
+    return len(messages)
+
+
+__all__ = ["CURSOR", "fan_out"]
