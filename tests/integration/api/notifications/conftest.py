@@ -59,9 +59,9 @@ class Receiver:
         status, headers = answer if isinstance(answer, tuple) else (int(answer), {})
         return web.Response(status=status, headers=headers, text="receiver says hi")
 
-    async def wait_for(self, count: int, timeout: float = 10) -> list[Got]:
-        async with self.arrived:
-            await asyncio.wait_for(self.arrived.wait_for(lambda: len(self.got) >= count), timeout)
+    async def wait_for(self, count: int) -> list[Got]:
+        async with asyncio.timeout(10), self.arrived:
+            await self.arrived.wait_for(lambda: len(self.got) >= count)
         return self.got
 
 
@@ -147,7 +147,7 @@ MakeSender = Callable[..., Coroutine[Any, Any, Sender]]
 async def make_sender(
     sessions: async_sessionmaker[AsyncSession], box: SecretBox, team: Team
 ) -> AsyncIterator[MakeSender]:
-    """``await make_sender(settings=SETTINGS)``: a sender on the team's (manual) clock and a real transport."""
+    """``await make_sender(settings=SETTINGS)``: a sender on the team's manual clock, real transport."""
     stack: list[GuardedTransport] = []
 
     async def make(settings: policy.NotificationSettings = SETTINGS) -> Sender:
