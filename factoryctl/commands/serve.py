@@ -45,6 +45,13 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--skills-source", default=None, help="skills repository template, e.g. /srv/git/{owner}/{repo}"
     )
+    p.add_argument(
+        "--notification-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="deadline of one notification attempt (15; a claim lapses after twice this + 5 s)",
+    )
     p.add_argument("--team", default="default", help="team that owns factories applied from the source")
     p.set_defaults(handler=_serve)
 

@@ -21,7 +21,8 @@ from api.claims.reaper import lease_reaper
 from api.context import ServerSettings
 from api.ingress.retention import retention_job
 from api.management.validate import VALIDATOR
-from api.notifications.service import notification_sender
+from api.notifications.policy import NotificationSettings
+from api.notifications.service import NOTIFICATION_SETTINGS, notification_sender
 from api.ops import JsonAccessLogger
 from api.redaction import install_log_redaction
 from api.schedules.scheduler import schedule_scheduler
@@ -67,6 +68,7 @@ class ServeOptions:
     harness_command: str | None = None
     db_connect_attempts: int = 8
     env: dict[str, str] = field(default_factory=dict)  # the CLI's environment (agents get it scrubbed)
+    notifications: NotificationSettings = field(default_factory=NotificationSettings)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -102,6 +104,9 @@ class ServeOptions:
         workers = pick(args.workers, "WORKERS", 2, int)
         if workers < 0:
             raise ValueError("--workers must be 0 or more")
+        timeout = pick(args.notification_timeout, "NOTIFICATION_TIMEOUT", 15.0, float)
+        if not 0.5 <= timeout <= 60:
+            raise ValueError("--notification-timeout must be between 0.5 and 60 seconds")
         harness = pick(args.harness, "HARNESS", "echo")
         command = pick(args.harness_command, "COMMAND", None)
         if harness == "command" and not command:
@@ -118,6 +123,9 @@ class ServeOptions:
             harness_command=command,
             env=dict(env),
             db_connect_attempts=max(1, int(env.get("FACTORY_DB_CONNECT_ATTEMPTS") or 8)),
+            notifications=NotificationSettings(
+                timeout_seconds=timeout, connect_timeout_seconds=min(timeout, 5.0)
+            ),
         )
 
 
@@ -214,6 +222,7 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
     app = create_app(
         settings, engine, box, lifecycles=lifecycles_for(options, engine, box), route_modules=ROUTE_MODULES
     )
+    app[NOTIFICATION_SETTINGS] = options.notifications
     app[VALIDATOR] = make_validator(box)  # POST /factory-files/validate (api/ must not import the reconciler)
     runner = web.AppRunner(
         app, access_log_class=JsonAccessLogger, handle_signals=False, shutdown_timeout=DRAIN_SECONDS / 2
