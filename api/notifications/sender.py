@@ -80,6 +80,9 @@ async def claim(
         .order_by(NotificationMessage.next_attempt_at)
         .limit(limit)
     )
+    # a read first: an idle sender never takes SQLite's write lock (ingress needs it)
+    if (await session.execute(due.limit(1))).first() is None:
+        return []
     if session.get_bind().dialect.name == "postgresql":
         due = due.with_for_update(skip_locked=True, of=NotificationMessage)
     token = ids.new_id("clm")
@@ -278,8 +281,9 @@ class Sender:
         for t in done:
             if not t.cancelled() and t.exception() is not None:
                 log.error("notification attempt crashed", exc_info=t.exception())
-        async with self.sessions() as session, session.begin():
-            await record(session, self.clock, self.settings, results)
+        if results:
+            async with self.sessions() as session, session.begin():
+                await record(session, self.clock, self.settings, results)
         async with self.sessions() as session, session.begin():
             await fanout.fan_out(session, self.clock, batch=self.settings.fanout_batch)
         room = self.settings.max_in_flight - len(self._running)
