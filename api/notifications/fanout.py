@@ -209,14 +209,10 @@ async def fan_out(session: AsyncSession, clock: Clock, *, batch: int = 2000, rou
     start = await _read_cursor(session, clock)
     if start is None:
         return 0
-    if (
-        await session.scalar(
-            select(NotificationEndpoint.uid).where(NotificationEndpoint.enabled.is_(True)).limit(1)
-        )
-        is None
-    ):
+    latest = await events.latest_position(session)  # read before the endpoints, so none is missed
+    listening = select(NotificationEndpoint.uid).where(NotificationEndpoint.enabled.is_(True)).limit(1)
+    if await session.scalar(listening) is None:
         # nobody listens: skip to the newest event without reading the ones in between
-        latest = await events.latest_position(session)
         if latest > start:
             await _advance(session, clock, start, latest)
         return 0
