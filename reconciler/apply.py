@@ -4,8 +4,8 @@ Both functions take the caller's session and never commit: :func:`reconciler.ser
 runs read, checks, plan and apply in one transaction, so an apply is all or nothing.
 
 Reading is a fixed number of queries per factory (factory, webhooks, automations, environments,
-schedules, secrets), whatever its size, and builds no ORM objects; writing touches only the rows the
-plan names (one UPDATE per changed object, INSERTs for created ones).
+schedules, notification endpoints, secrets), whatever its size, and builds no ORM objects; writing
+touches only the rows the plan names (one UPDATE per changed object, INSERTs for created ones).
 
 What each change does:
 
@@ -22,6 +22,9 @@ rotation").
   create and when cron, time zone or ``enabled`` change (:mod:`reconciler.schedules`). Delete removes
   the row and, by cascade, its fires. The automation it names is stored by name: the scheduler
   resolves it when the schedule fires.
+- notification create/update: the file's fields (``events`` and ``filter`` canonical); the sender's
+  columns (``failing``, ``consecutive_failures``, ``failing_since``, ``last_success_at``) are never
+  written (:mod:`reconciler.notifications`). Delete removes the row and, by cascade, its messages.
 - replace (rename): a delete of the old name plus a create of the new one.
 """
 
@@ -34,7 +37,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from reconciler import schedules
+from reconciler import notifications, schedules
 from reconciler.errors import ReconcileError
 from reconciler.plan import Change, Plan, StoredObject, StoreState, factory_fields
 from reconciler.specs import (
@@ -42,12 +45,22 @@ from reconciler.specs import (
     AutomationSpec,
     EnvironmentSpec,
     FactoryDefinition,
+    NotificationSpec,
     ScheduleSpec,
     WebhookSpec,
     digest,
 )
 from store import ids
-from store.models import Automation, AutomationWebhook, Environment, Factory, Schedule, Secret, Webhook
+from store.models import (
+    Automation,
+    AutomationWebhook,
+    Environment,
+    Factory,
+    NotificationEndpoint,
+    Schedule,
+    Secret,
+    Webhook,
+)
 
 MANAGED_BY = "definitions"
 
@@ -88,7 +101,7 @@ async def find_factory(session: AsyncSession, team_id: str, name: str) -> Factor
 
 
 async def read_state(session: AsyncSession, team_id: str | None, factory_name: str) -> StoreState:
-    """Everything a plan compares against, in six queries; ``team_id`` None (no such team) is empty."""
+    """Everything a plan compares against, in seven queries; ``team_id`` None (no such team) is empty."""
     if team_id is None:
         return StoreState()
     secrets_stmt = select(Secret.name, Secret.current_version).where(Secret.team_id == team_id)
@@ -140,6 +153,7 @@ async def read_state(session: AsyncSession, team_id: str | None, factory_name: s
             if e.factory_uid == uid
         },
         schedules=await schedules.read(session, factory.uid),
+        notifications=await notifications.read(session, factory.uid),
         secret_versions=secrets,
         taken_environments=taken,
     )
@@ -270,6 +284,24 @@ class _Writer:
             Schedule, change, "schedule", ids.SCHEDULE, spec.name, values, managed_by=MANAGED_BY
         )
 
+    async def notification(self, change: Change, spec: NotificationSpec | None) -> None:
+        if change.action in ("delete", "replace"):
+            uid = change.uid if change.action == "delete" else change.old_uid
+            # Its messages and their attempts go with it: ON DELETE CASCADE.
+            await self.session.execute(delete(NotificationEndpoint).where(NotificationEndpoint.uid == uid))
+        if spec is None or change.action == "delete":
+            return
+        values = notifications.values(spec, self.now)
+        await self._write(
+            NotificationEndpoint,
+            change,
+            "notification",
+            ids.NOTIFICATION,
+            spec.name,
+            values,
+            managed_by=MANAGED_BY,
+        )
+
     def webhook_uids(self) -> dict[str, str | None]:
         """Webhook name -> UID: the store's, then those minted by this apply (new and renamed files)."""
         stored: dict[str, str | None] = {name: obj.uid for name, obj in self.state.webhooks.items()}
@@ -347,6 +379,7 @@ async def apply_plan(
     environments: Mapping[str, EnvironmentSpec] = {e.name: e for e in definition.environments}
     automations: Mapping[str, AutomationSpec] = {a.name: a for a in definition.automations}
     schedule_specs: Mapping[str, ScheduleSpec] = {s.name: s for s in definition.schedules}
+    notification_specs: Mapping[str, NotificationSpec] = {n.name: n for n in definition.notifications}
     for change in plan.changes:
         if change.kind == "webhook":
             await writer.webhook(change, webhooks.get(change.name))
@@ -356,6 +389,8 @@ async def apply_plan(
             await writer.automation(change, automations.get(change.name))
         elif change.kind == "schedule":
             await writer.schedule(change, schedule_specs.get(change.name))
+        elif change.kind == "notification":
+            await writer.notification(change, notification_specs.get(change.name))
     if plan.has_changes:
         factory.updated_at = now
     if writer.routing:  # after their automations exist (foreign key)

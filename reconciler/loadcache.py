@@ -4,9 +4,10 @@ Loading parses and schema-checks every file, so a no-op plan of a large reposito
 all its time re-reading files that did not change. A :class:`LoadCache` keeps the last
 :class:`reconciler.loader.LoadResult` per directory together with a fingerprint: every path the
 loader looks at (``factory.yaml``, ``webhooks/*``, ``automations/*/*``, ``environments/*``,
-``schedules/*``) with its size, mtime, ctime and inode (of a symlink, and of its target when the loader
-would follow it). An edited, added, removed or renamed file changes the fingerprint and the directory is
-loaded again: the work is proportional to the factory that changed, not to the repository.
+``schedules/*``, ``notifications/*``) with its size, mtime, ctime and inode (of a symlink, and of its
+target when the loader would follow it). An edited, added, removed or renamed file changes the
+fingerprint and the directory is loaded again: the work is proportional to the factory that changed,
+not to the repository.
 
 Racy timestamps: file systems stamp times with a coarse clock (a scheduler tick; up to 2 s on some),
 so a file rewritten with the same size within one tick of being read would look unchanged. As git does
@@ -30,7 +31,7 @@ from reconciler import loader
 
 RACY_NS = 2_000_000_000
 _TOP = ("factory.yaml", "factory.yml")
-_DIRS = ("webhooks", "automations", "environments", "schedules")
+_DIRS = ("webhooks", "automations", "environments", "schedules", "notifications")
 
 Stamp = tuple[str, int, int, int, int]  # path, size, mtime_ns, ctime_ns, inode
 

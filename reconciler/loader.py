@@ -35,6 +35,7 @@ from reconciler.specs import (
     FactoryDefinition,
     FactorySpec,
     Location,
+    NotificationSpec,
     ScheduleSpec,
     TriggerSpec,
     WebhookSpec,
@@ -48,6 +49,7 @@ NOT_FOLLOWED = "symlink not followed: definitions from a git source are read fro
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 YAML_SUFFIXES = (".yaml", ".yml")
 SCHEDULE_VALUES = ("cron", "timezone", "automation")
+NOTIFICATION_VALUES = ("url",)
 
 
 @dataclass
@@ -441,6 +443,21 @@ class _Loader:
                 out.append(ScheduleSpec.from_document(name, rel, doc.data, doc.locations() | values))
         return out
 
+    def notifications(self) -> list[NotificationSpec]:
+        out = []
+        for rel, name in self.yaml_files("notifications", "notification"):
+            text = self.read(rel)
+            doc = None if text is None else self.document(rel, "notification", text)
+            if doc is not None:
+                # The rules judge the URL (FC080): point at the value, where the fix goes.
+                values = {
+                    k: Location(doc.display, *doc.marks.value((k,)))
+                    for k in NOTIFICATION_VALUES
+                    if k in doc.data
+                }
+                out.append(NotificationSpec.from_document(name, rel, doc.data, doc.locations() | values))
+        return out
+
     def digest(self) -> str:
         sha = hashlib.sha256()
         for rel in sorted(self.contents):
@@ -452,7 +469,8 @@ class _Loader:
 
 def load(root: Path, *, follow_symlinks: bool = True) -> LoadResult:
     """Load the factory directory ``root`` (``factory.yaml``, ``webhooks/``, ``automations/``,
-    ``environments/``, ``schedules/``). Never raises for bad input: every problem is a diagnostic.
+    ``environments/``, ``schedules/``, ``notifications/``). Never raises for bad input: every problem is
+    a diagnostic.
 
     Symlinks whose real path stays inside the root are followed; with ``follow_symlinks=False`` (a git
     snapshot, where the commit's tree is the truth) none is, and each is a diagnostic.
@@ -470,7 +488,7 @@ def load(root: Path, *, follow_symlinks: bool = True) -> LoadResult:
         )
     factory = loader.factory()
     webhooks, automations, environments = loader.webhooks(), loader.automations(), loader.environments()
-    schedules = loader.schedules()
+    schedules, notifications = loader.schedules(), loader.notifications()
     definition = None
     if factory is not None:
         definition = FactoryDefinition(
@@ -480,6 +498,7 @@ def load(root: Path, *, follow_symlinks: bool = True) -> LoadResult:
             automations=tuple(automations),
             environments=tuple(environments),
             schedules=tuple(schedules),
+            notifications=tuple(notifications),
             content_digest=loader.digest(),
         )
     return LoadResult(definition, loader.diagnostics, loader.files, shown)

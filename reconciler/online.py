@@ -9,6 +9,9 @@
   ``mcp_servers`` of ``factory.yaml`` agents, automations and schedules) are ``run`` secrets
   (:func:`store.secrets.webhook_problem` and :func:`store.secrets.run_problem`, the rules the API keeps).
   A run reference to a missing secret is left to run creation (422), as before.
+- a notification endpoint's ``secretName`` exists (FC040), is a ``webhook`` secret (FC044: it signs
+  messages, so no run may read it) and is a Standard Webhooks secret (FC042), since every message is
+  signed with it (docs/notifications.md, "Signatures").
 
 Each problem points at the line of the key it is about. Secret values are read to check their
 shape and never appear in a message.
@@ -25,13 +28,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from reconciler.diagnostics import Diagnostic
 from reconciler.rules import is_webhook_uid
-from reconciler.specs import FactoryDefinition, Location, WebhookSpec
+from reconciler.specs import FactoryDefinition, Location, NotificationSpec, WebhookSpec
 from store import secrets
 from store.crypto import SecretBox
 
 SCOPE_RULE = "FC044"  # secret scope does not fit its use
 WHSEC_PREFIX = "whsec_"
 WHSEC_MIN_BYTES, WHSEC_MAX_BYTES = 24, 64
+WHSEC_COMMAND = 'echo "whsec_$(openssl rand -base64 32)"'  # prints a new Standard Webhooks secret
 
 
 def standard_webhooks_secret_ok(value: str) -> bool:
@@ -68,6 +72,8 @@ async def check(
     values: dict[str, str] = {}
     for webhook in definition.webhooks:
         out += await _webhook(session, box, team_id, definition.root, webhook, values)
+    for notification in definition.notifications:
+        out += await _notification(session, box, team_id, definition.root, notification, values)
     out += await _run_references(session, team_id, definition)
     if known_webhooks is not None:
         out += _uids(definition, known_webhooks)
@@ -114,6 +120,45 @@ async def _webhook(
             f"of {WHSEC_MIN_BYTES}-{WHSEC_MAX_BYTES} bytes"
         )
         hint = f"set the sender's signing secret: factoryctl secrets set {name} --from-stdin"
+        return [_diag("FC042", message, where, fallback, hint)]
+    return []
+
+
+async def _notification(
+    session: AsyncSession,
+    box: SecretBox,
+    team_id: str,
+    root: str,
+    notification: NotificationSpec,
+    values: dict[str, str],
+) -> list[Diagnostic]:
+    """FC040, FC044 and FC042 for the secret that signs an endpoint's messages."""
+    name = notification.secret_name
+    where = notification.locations.get("secretName")
+    fallback = f"{root}/{notification.path}"
+    row = await secrets.get(session, team_id, name)
+    if row is None:
+        hint = f"create it first: {WHSEC_COMMAND} | factoryctl secrets create {name} --from-stdin"
+        return [_diag("FC040", f"team secret '{name}' does not exist", where, fallback, hint)]
+    if secrets.webhook_problem(name, row.scope):  # the rule of webhooks: it signs outbound webhooks
+        message = (
+            f"team secret '{name}' may not sign notifications (scope: {row.scope});"
+            " use a webhook-scoped secret"
+        )
+        hint = (
+            f"a {row.scope} secret can be read by runs, and this one signs notifications: if no run uses"
+            f" it, factoryctl secrets set {name} --scope {secrets.WEBHOOK}; else give the endpoint a secret"
+            " of its own"
+        )
+        return [_diag(SCOPE_RULE, message, where, fallback, hint)]
+    if name not in values:
+        values[name] = (await secrets.reveal(session, box, team_id, name))[0]
+    if not standard_webhooks_secret_ok(values[name]):
+        message = (
+            f"secret '{name}' is not a Standard Webhooks secret: expected 'whsec_' followed by the base64 "
+            f"of {WHSEC_MIN_BYTES}-{WHSEC_MAX_BYTES} bytes (it signs the endpoint's messages)"
+        )
+        hint = f"give it one: {WHSEC_COMMAND} | factoryctl secrets set {name} --from-stdin"
         return [_diag("FC042", message, where, fallback, hint)]
     return []
 

@@ -5,9 +5,9 @@ Pure code (no I/O): :func:`diff` compares a :class:`FactoryDefinition` with a :c
 of docs/reconcile.md ("Plan output") or as stable JSON. The same plan object drives
 :func:`reconciler.apply.apply_plan`, so what ``plan`` prints is exactly what ``apply`` does.
 
-Identity: the factory is (team, ``name``); webhooks, environments and schedules are keyed by file stem
-and automations by directory name. A removed name and an added name whose specs are identical are shown
-as one ``-/+`` replace (a rename: new UID, and for webhooks a new URL).
+Identity: the factory is (team, ``name``); webhooks, environments, schedules and notifications are keyed
+by file stem and automations by directory name. A removed name and an added name whose specs are
+identical are shown as one ``-/+`` replace (a rename: new UID, and for webhooks a new URL).
 
 Secret values never appear: a webhook's ``secret_name`` change shows the names, and a newer version of
 its secret (a rotation not yet picked up, docs/reconcile.md, "Secret rotation") shows ``secret_version``
@@ -23,16 +23,24 @@ from typing import Any, Literal
 
 from reconciler.specs import KNOWN_AFTER_APPLY, FactoryDefinition, digest
 
-Kind = Literal["factory", "webhook", "environment", "automation", "schedule"]
+Kind = Literal["factory", "webhook", "environment", "automation", "schedule", "notification"]
 Action = Literal["create", "update", "delete", "replace"]
 
-KIND_ORDER: tuple[Kind, ...] = ("factory", "webhook", "environment", "automation", "schedule")
+KIND_ORDER: tuple[Kind, ...] = (
+    "factory",
+    "webhook",
+    "environment",
+    "automation",
+    "schedule",
+    "notification",
+)
 UID_PREFIX: dict[str, str] = {
     "factory": "fa",
     "webhook": "wh",
     "environment": "env",
     "automation": "au",
     "schedule": "sch",
+    "notification": "ne",
 }
 SECRET_FIELDS = frozenset({"secret_name", "secret_version"})
 
@@ -58,6 +66,7 @@ class StoreState:
     automations: Mapping[str, StoredObject] = field(default_factory=dict)
     environments: Mapping[str, StoredObject] = field(default_factory=dict)
     schedules: Mapping[str, StoredObject] = field(default_factory=dict)
+    notifications: Mapping[str, StoredObject] = field(default_factory=dict)
     secret_versions: Mapping[str, int] = field(default_factory=dict)  # team secret name -> current version
     taken_environments: Mapping[str, str] = field(default_factory=dict)  # env name -> owner, other factories
 
@@ -70,6 +79,8 @@ class StoreState:
             return self.environments
         if kind == "schedule":
             return self.schedules
+        if kind == "notification":
+            return self.notifications
         return {self.factory.name: self.factory} if self.factory else {}
 
 
@@ -224,9 +235,9 @@ def factory_fields(definition: FactoryDefinition) -> dict[str, Any]:
 def diff(definition: FactoryDefinition, state: StoreState) -> Plan:
     """Every change needed to make the store match ``definition``.
 
-    Ordered by kind (:data:`KIND_ORDER`: factory, webhooks, environments, automations, schedules);
-    within a kind updates, then creates and replaces, then deletes, each by name. Apply relies on that
-    order: webhooks get their UIDs before the automations that name them are written.
+    Ordered by kind (:data:`KIND_ORDER`: factory, webhooks, environments, automations, schedules,
+    notifications); within a kind updates, then creates and replaces, then deletes, each by name. Apply
+    relies on that order: webhooks get their UIDs before the automations that name them are written.
 
     A schedule names its automation by name, resolved when it fires (not at apply), so only its own
     file decides whether it changes: renaming the automation it runs is an update of its ``automation``.
@@ -261,6 +272,9 @@ def diff(definition: FactoryDefinition, state: StoreState) -> Plan:
         for c in automations
     ]
     changes += _diff_kind("schedule", {s.name: s.fields() for s in definition.schedules}, state.schedules)
+    changes += _diff_kind(
+        "notification", {n.name: n.fields() for n in definition.notifications}, state.notifications
+    )
     return Plan(
         factory_name=name,
         factory_uid=state.factory.uid if state.factory else None,

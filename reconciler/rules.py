@@ -16,6 +16,14 @@ Schedules: what their schema cannot judge — the cron expression (FC070) and th
 :mod:`store.cron`, the parser the scheduler fires by, so an expression that validates is one it can fire;
 ``automation`` naming an automation of the same tree (FC072): the scheduler resolves it by name when
 the schedule fires, so it must exist once this tree is applied.
+
+Notifications: the URL must be one a message may be sent to (FC080, :func:`store.urlpolicy.url_refusal`,
+the rule the management API and the sender keep: https, or http to a loopback host, and no private,
+link-local or reserved literal address — server-side request forgery); ``events`` and ``filter`` must be
+storable (FC081, :func:`store.notification_rules.canonical_events` and ``canonical_filter``, the API's
+rules too); at most :data:`MAX_NOTIFICATIONS_PER_FACTORY` endpoints per factory (FC082). Filter names
+(``factories``, ``automations``) are not checked against anything: ``factories`` may widen the scope to
+other factories, whose automations this tree cannot see.
 """
 
 from __future__ import annotations
@@ -23,20 +31,22 @@ from __future__ import annotations
 import difflib
 import re
 import zoneinfo
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import safegit
 from reconciler.diagnostics import Diagnostic
 from reconciler.specs import (
+    MAX_NOTIFICATIONS_PER_FACTORY,
     MAX_WEBHOOKS_PER_FACTORY,
     AutomationSpec,
     EnvironmentSpec,
     FactoryDefinition,
     Location,
+    NotificationSpec,
     ScheduleSpec,
 )
-from store import cron, payload_filter
+from store import cron, notification_rules, payload_filter, urlpolicy
 
 UID_RE = re.compile(r"^wh_[0-9a-z]{26}$")
 DEFAULT_AGENT = "foreman"
@@ -87,6 +97,9 @@ def check(
     out += _duplicates(
         "schedule", ((s.name, s.path, s.locations) for s in definition.schedules), definition.root
     )
+    out += _duplicates(
+        "notification", ((n.name, n.path, n.locations) for n in definition.notifications), definition.root
+    )
     for env in definition.environments:
         out += _repositories(env, definition.root)
     environments = {e.name for e in definition.environments} | set(known_environments)
@@ -100,19 +113,34 @@ def check(
     automations = {a.name for a in definition.automations}
     for schedule in definition.schedules:
         out += _schedule(schedule, automations, environments, definition.root)
+    for notification in definition.notifications:
+        out += _notification(notification, definition.root)
     return sorted(out, key=lambda d: (d.path, d.line, d.column, d.rule))
 
 
 def _limits(definition: FactoryDefinition) -> list[Diagnostic]:
-    webhooks = sorted(definition.webhooks, key=lambda w: w.path)
-    if len(webhooks) <= MAX_WEBHOOKS_PER_FACTORY:
+    webhooks = [(w.path, w.locations) for w in definition.webhooks]
+    notifications = [(n.path, n.locations) for n in definition.notifications]
+    return [
+        *_limit("FC021", "webhooks", webhooks, MAX_WEBHOOKS_PER_FACTORY, definition),
+        *_limit("FC082", "notification endpoints", notifications, MAX_NOTIFICATIONS_PER_FACTORY, definition),
+    ]
+
+
+def _limit(
+    rule: str,
+    what: str,
+    files: Sequence[tuple[str, Mapping[str, Location]]],
+    limit: int,
+    definition: FactoryDefinition,
+) -> list[Diagnostic]:
+    """``rule`` at the first file past ``limit`` (in path order) when a factory defines too many ``what``."""
+    if len(files) <= limit:
         return []
-    first_extra = webhooks[MAX_WEBHOOKS_PER_FACTORY]
-    message = (
-        f"factory '{definition.factory.name}' defines {len(webhooks)} webhooks; "
-        f"the limit is {MAX_WEBHOOKS_PER_FACTORY} per factory"
-    )
-    return [_at("FC021", message, first_extra.locations.get(""), _file(definition.root, first_extra.path))]
+    path, locations = sorted(files, key=lambda item: item[0])[limit]
+    factory = definition.factory.name
+    message = f"factory '{factory}' defines {len(files)} {what}; the limit is {limit} per factory"
+    return [_at(rule, message, locations.get(""), _file(definition.root, path))]
 
 
 def _file(root: str, rel: str) -> str:
@@ -251,3 +279,44 @@ def _schedule(
         hint = f"add automations/{name}/automation.md or name one of the factory's automations"
         out.append(_at("FC072", message, _place(locations, "automation", root), fallback, hint))
     return out
+
+
+def _notification(notification: NotificationSpec, root: str) -> list[Diagnostic]:
+    """FC080 for the URL of one notification endpoint, FC081 for its ``events`` and ``filter``."""
+    locations, fallback = notification.locations, _file(root, notification.path)
+    out = []
+    refusal = urlpolicy.url_refusal(notification.url)
+    if refusal is not None:
+        hint = (
+            "to reach an internal service, run a relay on the server's host and point the URL at it"
+            " (http://127.0.0.1:PORT/...)"
+            if refusal.startswith("the URL points at a private network")
+            else None
+        )
+        message = f"notification URL refused: {refusal}"
+        out.append(_at("FC080", message, _place(locations, "url", root), fallback, hint))
+    try:
+        notification_rules.canonical_events(list(notification.events))
+    except notification_rules.RuleError as exc:
+        hint = _near_event(notification.events, exc.field)
+        out.append(_at("FC081", str(exc), _place(locations, exc.field, root), fallback, hint))
+    for key, value in notification.filter.items():  # each key on its own: one problem per key
+        try:
+            notification_rules.canonical_filter({key: value})
+        except notification_rules.RuleError as exc:
+            out.append(_at("FC081", str(exc), _place(locations, exc.field, root), fallback))
+    return out
+
+
+def _near_event(events: Sequence[str], field: str) -> str | None:
+    """``did you mean 'SUCCEEDED'?`` for the refused item ``events[i]`` (case first, then spelling)."""
+    index = field.removeprefix("events[").removesuffix("]")
+    if not index.isdigit() or int(index) >= len(events):
+        return None
+    item = events[int(index)]
+    states = notification_rules.RUN_STATES
+    choices = (*states, *map(notification_rules.event_type, states), notification_rules.ALL)
+    near = {c.lower(): c for c in choices}.get(item.lower())
+    near = near or next(iter(difflib.get_close_matches(item, choices, n=1, cutoff=0.6)), None)
+    near = near or next(iter(difflib.get_close_matches(item.upper(), states, n=1, cutoff=0.6)), None)
+    return f"did you mean '{near}'?" if near else None

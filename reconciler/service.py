@@ -165,12 +165,13 @@ class _Checks:
                 message = f"environment {env.name!r} already exists in this team ({owner})"
                 diagnostics.append(Diagnostic("FC020", message, _shown(definition, env.path)))
         if not self.allow_empty and not (
-            definition.webhooks or definition.automations or definition.schedules
+            definition.webhooks or definition.automations or definition.schedules or definition.notifications
         ):
             diagnostics.append(
                 Diagnostic(
                     "FC050",
-                    "the tree has no webhooks, automations or schedules: applying it would delete them all",
+                    "the tree has no webhooks, automations, schedules or notifications:"
+                    " applying it would delete them all",
                     _shown(definition, definition.factory.path),
                     hint="pass --allow-empty to apply it anyway",
                 )

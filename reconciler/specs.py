@@ -13,12 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from store.notification_rules import canonical_events, canonical_filter
 from store.schemes import ALIASES, SCHEMES
 
 SIGNATURE_SCHEMES = SCHEMES
 SCHEME_ALIASES = ALIASES
 AUTH_MODES = ("token", "url_token", "signature")
 MAX_WEBHOOKS_PER_FACTORY = 20
+MAX_NOTIFICATIONS_PER_FACTORY = 20
 
 
 def canonical_scheme(value: str) -> str:
@@ -220,6 +222,54 @@ class ScheduleSpec:
 
 
 @dataclass(frozen=True)
+class NotificationSpec:
+    """``notifications/<name>.yaml``: an endpoint told about run state changes (docs/definitions.md,
+    "Notifications").
+
+    ``events`` and ``filter`` are kept as written; :meth:`fields` gives them canonical
+    (:mod:`store.notification_rules`), which only a spec the rules passed (FC081) may be asked for.
+    """
+
+    name: str
+    path: str
+    url: str
+    secret_name: str
+    events: tuple[str, ...]
+    filter: dict[str, Any] = field(default_factory=dict)
+    enabled: bool = True
+    description: str | None = None
+    locations: dict[str, Location] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_document(
+        cls, name: str, path: str, data: Mapping[str, Any], locations: dict[str, Location]
+    ) -> NotificationSpec:
+        """The spec of a document that passed ``notification.schema.json``."""
+        return cls(
+            name=name,
+            path=path,
+            url=data["url"],
+            secret_name=data["secretName"],
+            events=tuple(data["events"]),
+            filter=data.get("filter", {}),
+            enabled=data.get("enabled", True),
+            description=data.get("description"),
+            locations=locations,
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """The compared fields, as stored: ``events`` and ``filter`` canonical."""
+        return {
+            "url": self.url,
+            "secret_name": self.secret_name,
+            "events": canonical_events(list(self.events)),
+            "filter": canonical_filter(self.filter),
+            "enabled": self.enabled,
+            "description": self.description,
+        }
+
+
+@dataclass(frozen=True)
 class FactoryDefinition:
     """Everything one factory directory declares, plus a content digest of its files."""
 
@@ -230,3 +280,4 @@ class FactoryDefinition:
     environments: tuple[EnvironmentSpec, ...] = ()
     content_digest: str = ""
     schedules: tuple[ScheduleSpec, ...] = ()
+    notifications: tuple[NotificationSpec, ...] = ()

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # imported when first used: a valid file is checked by fastjs
     from referencing import Registry
 
 BASE_URI = "https://factoryctl.dev/schemas/"
-NAMES = ("factory", "webhook", "automation", "environment", "schedule", "agent-config")
+NAMES = ("factory", "webhook", "automation", "environment", "schedule", "notification", "agent-config")
 
 
 def load_schema(name: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from store import InvalidValue, NotFound, WriteRefused, ids
 from store.clock import Clock
 from store.crypto import SecretBox
-from store.models import Factory, Secret, SecretVersion, Webhook
+from store.models import Factory, NotificationEndpoint, Secret, SecretVersion, Webhook
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 URL_SAFE_RE = re.compile(r"^[A-Za-z0-9._~-]+$")
@@ -141,12 +141,30 @@ async def webhook_users(session: AsyncSession, team_id: str, name: str) -> list[
     return [f"{factory}/{hook}" for factory, hook in (await session.execute(stmt)).all()]
 
 
+async def notification_users(session: AsyncSession, team_id: str, name: str) -> list[str]:
+    """``factory/endpoint`` names of the notification endpoints that sign with secret ``name``."""
+    stmt = (
+        select(Factory.name, NotificationEndpoint.name)
+        .join(Factory, Factory.uid == NotificationEndpoint.factory_uid)
+        .where(NotificationEndpoint.team_id == team_id, NotificationEndpoint.secret_name == name)
+        .order_by(Factory.name, NotificationEndpoint.name)
+    )
+    return [f"{factory}/{endpoint}" for factory, endpoint in (await session.execute(stmt)).all()]
+
+
 async def _refuse_run_scope_in_use(session: AsyncSession, team_id: str, name: str) -> None:
+    """A secret that authenticates webhooks or signs notifications never becomes readable by runs."""
     users = await webhook_users(session, team_id, name)
     if users:
         raise WriteRefused(
             f"secret {name!r} is named by webhook{'s' if len(users) > 1 else ''} {', '.join(users)}:"
             " a webhook's secret may not be used by runs; give runs their own secret"
+        )
+    signers = await notification_users(session, team_id, name)
+    if signers:
+        raise WriteRefused(
+            f"secret {name!r} signs notification endpoint{'s' if len(signers) > 1 else ''}"
+            f" {', '.join(signers)}: it may not be used by runs; give runs their own secret"
         )
 
 

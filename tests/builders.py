@@ -4,10 +4,10 @@ Each builder writes one kind of row in the caller's session (the caller owns the
 flushes, and returns what the caller needs next. Where a store function exists the builder goes
 through it, so test data is made the way the product makes it: teams (:func:`store.teams.ensure_team`),
 API keys (:func:`store.apikeys.create_key`), secrets (:func:`store.secrets.create`) and runs
-(:func:`api.runs.records.create_run`). Factories, webhooks, automations, environments, schedules and
-delivery log entries are written only by API handlers, the reconciler's apply and ingress, so they are
-inserted as ORM rows shaped as those leave them; an automation's routing rows come from
-:func:`reconciler.apply.routing_rows`, the function apply itself uses.
+(:func:`api.runs.records.create_run`). Factories, webhooks, automations, environments, schedules,
+notification endpoints and delivery log entries are written only by API handlers, the reconciler's
+apply and ingress, so they are inserted as ORM rows shaped as those leave them; an automation's routing
+rows come from :func:`reconciler.apply.routing_rows`, the function apply itself uses.
 
 ``tests/`` has no ``__init__.py``: pytest (``prepend`` import mode) puts it on ``sys.path`` when it
 imports ``tests/conftest.py``, which is how this module (like ``live_servers`` and ``serve_support``)
@@ -30,7 +30,18 @@ from store import apikeys, cron, ids
 from store import secrets as secret_store
 from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
-from store.models import Automation, Base, Delivery, Environment, Factory, Run, Schedule, Team, Webhook
+from store.models import (
+    Automation,
+    Base,
+    Delivery,
+    Environment,
+    Factory,
+    NotificationEndpoint,
+    Run,
+    Schedule,
+    Team,
+    Webhook,
+)
 from store.teams import DEFAULT_TEAM, ensure_team
 
 OTHER_TEAM = "other-team"
@@ -357,6 +368,52 @@ async def schedule(
             last_spawn_error=None,
             managed_by=managed_by,
             definition_path=_definition_path(managed_by, definition_path, f"schedules/{name}.yaml"),
+        ),
+    )
+
+
+async def notification(
+    session: AsyncSession,
+    clock: Clock,
+    team_id: str,
+    factory_uid: str,
+    name: str,
+    *,
+    url: str = "https://hooks.example.com/factory",
+    secret_name: str = "OPS_HOOK",
+    events: Sequence[str] = ("SUCCEEDED", "FAILED", "ERROR"),
+    filter: Mapping[str, Sequence[str]] | None = None,
+    enabled: bool = True,
+    description: str | None = None,
+    failing: bool = False,
+    consecutive_failures: int = 0,
+    failing_since: dt.datetime | None = None,
+    last_success_at: dt.datetime | None = None,
+    managed_by: str = "api",
+    definition_path: str | None = None,
+) -> NotificationEndpoint:
+    """A notification endpoint as the management API (``managed_by="api"``) or an apply
+    (``"definitions"``) leaves it; ``events`` and ``filter`` must already be canonical
+    (:mod:`store.notification_rules`). The sender's state (``failing`` ... ``last_success_at``) as given;
+    a ``definitions`` one's ``definition_path`` defaults to ``notifications/<name>.yaml``."""
+    return await _added(
+        session,
+        NotificationEndpoint(
+            **_definition(clock, team_id, ids.NOTIFICATION),
+            factory_uid=factory_uid,
+            name=name,
+            url=url,
+            secret_name=secret_name,
+            events=list(events),
+            filter={key: list(values) for key, values in (filter or {}).items()},
+            enabled=enabled,
+            description=description,
+            failing=failing,
+            consecutive_failures=consecutive_failures,
+            failing_since=failing_since,
+            last_success_at=last_success_at,
+            managed_by=managed_by,
+            definition_path=_definition_path(managed_by, definition_path, f"notifications/{name}.yaml"),
         ),
     )
 

@@ -122,13 +122,19 @@ async def claim(
 async def signing_secrets(
     session: AsyncSession, box: SecretBox, claimed: Sequence[Claimed]
 ) -> dict[tuple[str, str], str | None]:
-    """The current value of each (team, secret name) the claimed messages are signed with (None: gone)."""
+    """The current value of each (team, secret name) the claimed messages are signed with; None when it
+    is gone or is no longer a ``webhook`` secret (a run-readable value must never sign)."""
     out: dict[tuple[str, str], str | None] = {}
-    for team_id, name in {(c.team_id, c.secret_name) for c in claimed}:
-        try:
-            out[team_id, name], _ = await secret_store.reveal(session, box, team_id, name)
-        except NotFound:
+    wanted = {(c.team_id, c.secret_name) for c in claimed}
+    for team_id in {team for team, _ in wanted}:
+        names = sorted(name for team, name in wanted if team == team_id)
+        found = await secret_store.scopes(session, team_id, names)
+        for name in names:
             out[team_id, name] = None
+            if found.get(name) != secret_store.WEBHOOK:
+                continue
+            with contextlib.suppress(NotFound):
+                out[team_id, name], _ = await secret_store.reveal(session, box, team_id, name)
     return out
 
 
@@ -137,7 +143,10 @@ async def attempt(transport: Transport, message: Claimed, secret: str | None, cl
     started_at = clock.now()
     body = message.payload.encode("utf-8")
     if secret is None or not signatures.standard_webhooks_secret_ok(secret):
-        error = f"team secret {message.secret_name!r} is missing or not a Standard Webhooks secret"
+        error = (
+            f"team secret {message.secret_name!r} is missing, not webhook-scoped,"
+            " or not a Standard Webhooks secret (whsec_ + base64)"
+        )
         return Result(message, Outcome("failed", 0, error=error), started_at)
     headers = signatures.sign(SCHEME, secret, body, started_at, message.id)
     return Result(message, await transport.post(message.url, body, headers), started_at)
@@ -199,7 +208,16 @@ async def record(
                 "b_delivered": now if status == DELIVERED else None,
             }
         )
-    await session.execute(insert(_ATTEMPTS), attempts)
+    # an endpoint deleted meanwhile took its messages with it: their attempts have nothing to belong to
+    alive = select(NotificationMessage.id).where(
+        NotificationMessage.id.in_([a["message_id"] for a in attempts])
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        alive = alive.with_for_update(key_share=True)  # and none may go before this commits
+    kept = set((await session.scalars(alive)).all())
+    attempts = [a for a in attempts if a["message_id"] in kept]
+    if attempts:
+        await session.execute(insert(_ATTEMPTS), attempts)
     await session.execute(_UPDATE_MESSAGE, changes)
     for uid, (reset, failures) in _health(results).items():
         await _update_endpoint(session, settings, uid, reset, failures, now)

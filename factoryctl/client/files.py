@@ -2,10 +2,11 @@
 
 :func:`collect_files` gathers what the definition loader reads from a factory directory —
 ``factory.yaml``, ``webhooks/*``, ``automations/*/automation.md`` (and stray files there, which the
-loader warns about), ``environments/*``, ``schedules/*`` — skipping dot files, as the loader does. Each
-directory is sent to ``POST /api/v1/factory-files/validate`` and the answers are merged into one report of the
-``factoryctl validate --format json`` shape, with paths rewritten from "relative to the uploaded
-factory" to the local paths the caller gave, so CI annotations point at the checkout.
+loader warns about), ``environments/*``, ``schedules/*``, ``notifications/*`` — skipping dot files, as
+the loader does. Each directory is sent to ``POST /api/v1/factory-files/validate`` and the answers are
+merged into one report of the ``factoryctl validate --format json`` shape, with paths rewritten from
+"relative to the uploaded factory" to the local paths the caller gave, so CI annotations point at the
+checkout.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from factoryctl.client.sync_client import FactoryClient
 
-FOLDERS = ("webhooks", "environments", "schedules")
+FOLDERS = ("webhooks", "environments", "schedules", "notifications")
 MAX_FILE_BYTES = 1024 * 1024
 
 

@@ -35,7 +35,9 @@ def register(sub: Any) -> None:
     )
     plan.add_argument("--format", choices=("text", "json"), default="text")
     plan.add_argument(
-        "--allow-empty", action="store_true", help="plan a tree with no webhooks/automations/schedules"
+        "--allow-empty",
+        action="store_true",
+        help="plan a tree with no webhooks/automations/schedules/notifications",
     )
     plan.add_argument("--team", default=DEFAULT_TEAM)
     plan.set_defaults(handler=_plan)
@@ -44,7 +46,9 @@ def register(sub: Any) -> None:
     apply.add_argument("--git-revision", metavar="SHA", help="revision to record (default: content digest)")
     apply.add_argument("--auto-approve", action="store_true", help="apply without asking")
     apply.add_argument(
-        "--allow-empty", action="store_true", help="apply a tree with no webhooks/automations/schedules"
+        "--allow-empty",
+        action="store_true",
+        help="apply a tree with no webhooks/automations/schedules/notifications",
     )
     apply.add_argument("--format", choices=("text", "json"), default="text")
     apply.add_argument("--team", default=DEFAULT_TEAM)

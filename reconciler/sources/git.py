@@ -4,8 +4,8 @@ Every git command runs through :mod:`safegit`: the URL and branch are checked wh
 (an option-like or remote-helper URL never reaches git), and the URL always follows ``--``.
 
 Each new head commit is exported into ``<cache>/snapshots/<sha>`` — only what the loader reads:
-``factory.yaml``, the files of ``webhooks/``, ``environments/`` and ``schedules/``, and
-``automations/<name>/*`` — and yielded once. Trees are listed one at a time with ``git ls-tree`` and
+``factory.yaml``, the files of ``webhooks/``, ``environments/``, ``schedules/`` and ``notifications/``,
+and ``automations/<name>/*`` — and yielded once. Trees are listed one at a time with ``git ls-tree`` and
 every entry name is checked, so a tree git itself would refuse to check out (a name with ``/``, ``..``,
 a duplicate) cannot write outside the snapshot or crash the loop. Symlinks in the commit are exported
 as inert symlinks that the loader reports and never follows (``Snapshot.follow_symlinks`` is False);
@@ -42,7 +42,15 @@ from reconciler import SourceError
 from reconciler.loader import MAX_FILE_BYTES
 from reconciler.sources import Snapshot
 
-DEFINITION_ROOTS = ("factory.yaml", "factory.yml", "webhooks", "automations", "environments", "schedules")
+DEFINITION_ROOTS = (
+    "factory.yaml",
+    "factory.yml",
+    "webhooks",
+    "automations",
+    "environments",
+    "schedules",
+    "notifications",
+)
 GIT_TIMEOUT_SECONDS = 120.0
 SYMLINK_PLACEHOLDER = "symlink-not-followed"  # what an exported symlink points at: nothing
 _KEEP_SNAPSHOTS = 3

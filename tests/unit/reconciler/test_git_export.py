@@ -84,6 +84,18 @@ def test_schedules_are_exported_and_load(repo: Repo, source: GitSource) -> None:
     assert [(s.name, s.cron) for s in result.definition.schedules] == [("nightly", "0 2 * * *")]
 
 
+def test_notifications_are_exported_and_load(repo: Repo, source: GitSource) -> None:
+    endpoint = repo.blob(b"url: https://hooks.example.com/\nsecretName: s\nevents: [FAILED]\n")
+    commit_root(repo, ("40000", "notifications", repo.tree(("100644", "ops.yaml", endpoint))))
+    root, paths = exported(source)
+    assert paths == ["factory.yaml", "notifications", "notifications/ops.yaml"]
+    result = load(root, follow_symlinks=False)
+    assert result.ok and result.definition is not None
+    assert [(n.name, n.url) for n in result.definition.notifications] == [
+        ("ops", "https://hooks.example.com/")
+    ]
+
+
 @pytest.mark.parametrize(
     ("name", "problem"),
     [

@@ -19,15 +19,17 @@ import builders
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.notifications import policy
 from api.notifications.sender import Sender
 from api.notifications.transport import GuardedTransport
+from api.runs import events
 from store import ids
 from store.clock import ManualClock
 from store.crypto import SecretBox
-from store.models import NotificationEndpoint
+from store.models import NotificationCursor, NotificationEndpoint, RunEvent
 
 Answer = int | str | tuple[int, dict[str, str]]
 
@@ -160,16 +162,43 @@ async def make_sender(
         await transport.__aexit__(None, None, None)
 
 
+async def _fanned_out(sender: Sender) -> bool:
+    """Whether the fan-out cursor has reached the newest event written (on PostgreSQL the fan-out reads
+    only below the oldest running transaction in the cluster, which other sessions may hold back)."""
+    async with sender.sessions() as s:
+        newest = (
+            await s.execute(
+                select(RunEvent.txid, RunEvent.id).order_by(RunEvent.txid.desc(), RunEvent.id.desc()).limit(1)
+            )
+        ).first()
+        cursor = (await s.execute(select(NotificationCursor.txid, NotificationCursor.event_id))).first()
+    return newest is None or (cursor is not None and tuple(cursor) >= tuple(newest))
+
+
+async def readable(sessions: async_sessionmaker[AsyncSession]) -> None:
+    """Wait until every event written is below the commit horizon (readable by the fan-out): on a shared
+    PostgreSQL server other sessions' transactions hold it back for a while."""
+    async with asyncio.timeout(20):
+        while True:
+            async with sessions() as s:
+                stmt = select(RunEvent.txid, RunEvent.id).order_by(RunEvent.txid.desc(), RunEvent.id.desc())
+                newest = (await s.execute(stmt.limit(1))).first()
+                if newest is None or await events.latest_position(s) == tuple(newest):
+                    return
+            await asyncio.sleep(0.01)
+
+
 async def settle(sender: Sender) -> None:
-    """Turns until nothing is in flight and nothing more is due now (results written)."""
-    for _ in range(100):
-        started = await sender.step()
-        running = list(sender._running)
-        if running:
-            await asyncio.wait(running)
-            continue
-        if not started:
-            await sender.step()  # write what just finished
-            if not sender._running:
-                return
-    raise AssertionError("the sender did not settle")
+    """Turns until every event is fanned out, nothing is in flight and nothing more is due now."""
+    async with asyncio.timeout(20):
+        while True:
+            started = await sender.step()
+            running = list(sender._running)
+            if running:
+                await asyncio.wait(running)
+                continue
+            if not started and await _fanned_out(sender):
+                await sender.step()  # write what just finished
+                if not sender._running:
+                    return
+            await asyncio.sleep(0.01)

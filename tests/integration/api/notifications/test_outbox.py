@@ -11,15 +11,17 @@ from typing import Any
 
 import pytest
 import standardwebhooks
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.notifications import fanout, sender
 from api.notifications.transport import DestinationRefused, GuardedResolver
 from api.runs import records
+from store import WriteRefused
+from store import secrets as secret_store
 from store.models import NotificationAttempt, NotificationEndpoint, NotificationMessage
 
-from .conftest import SETTINGS, MakeSender, Receiver, Team, settle
+from .conftest import SETTINGS, MakeSender, Receiver, Team, readable, settle
 
 
 async def cancel(team: Team, run_id: str) -> None:
@@ -167,6 +169,7 @@ async def test_a_dead_senders_claim_lapses_and_the_message_is_sent_again_with_it
     await s.step()
     await team.endpoint(receiver.url, events=["CANCELLED"])
     await cancel(team, await team.run())
+    await readable(sessions)
     async with sessions() as session, session.begin():
         assert await fanout.fan_out(session, team.clock) == 1
     async with sessions() as session, session.begin():
@@ -193,6 +196,7 @@ async def test_concurrent_claims_never_take_the_same_message(
     await team.endpoint(receiver.url, events=["QUEUED"])
     for _ in range(40):
         await team.run()
+    await readable(sessions)
     async with sessions() as session, session.begin():
         assert await fanout.fan_out(session, team.clock) == 40
 
@@ -215,6 +219,7 @@ async def test_fan_out_twice_concurrently_makes_each_message_once(
     await team.endpoint(receiver.url, events=["QUEUED"])
     for _ in range(25):
         await team.run()
+    await readable(sessions)
 
     async def turn() -> int:
         async with sessions() as session, session.begin():
@@ -311,3 +316,48 @@ async def test_the_resolver_resolves_localhost() -> None:
         assert {r["host"] for r in await resolver.resolve("localhost", 80)} <= {"127.0.0.1", "::1"}
     finally:
         await resolver.close()
+
+
+async def test_a_run_scoped_secret_never_signs_and_a_signing_secret_never_becomes_run_scoped(
+    team: Team, receiver: Receiver, make_sender: MakeSender, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    s = await make_sender()
+    await s.step()
+    async with sessions() as session, session.begin():
+        await secret_store.create(
+            session, team.box, team.clock, team.team_id, "RUN_VALUE", team.secret, scope=secret_store.RUN
+        )
+    await team.endpoint(receiver.url, events=["CANCELLED"], secret_name="RUN_VALUE")
+    await cancel(team, await team.run())
+    await settle(s)
+    [message] = await messages(team)
+    [a] = await attempts(team, message.id)
+    assert a.outcome == "failed" and "webhook-scoped" in (a.error or "") and receiver.got == []
+    await team.endpoint(receiver.url, name="signed", events=["CANCELLED"])
+    with pytest.raises(WriteRefused, match="signs notification endpoint acme/signed"):
+        async with sessions() as session, session.begin():
+            await secret_store.set_scope(
+                session, team.clock, team.team_id, team.secret_name, secret_store.RUN
+            )
+
+
+async def test_a_result_for_a_message_deleted_meanwhile_is_dropped_not_fatal(
+    team: Team, receiver: Receiver, make_sender: MakeSender, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    s = await make_sender()
+    await s.step()
+    uid = await team.endpoint(receiver.url, events=["CANCELLED"])
+    other = await team.endpoint(receiver.url, name="other", events=["CANCELLED"])
+    await cancel(team, await team.run())
+    await readable(sessions)
+    async with sessions() as session, session.begin():
+        await fanout.fan_out(session, team.clock)
+    async with sessions() as session, session.begin():
+        claimed = await sender.claim(session, team.clock, SETTINGS, 10)
+    async with sessions() as session, session.begin():  # an apply deletes one endpoint meanwhile
+        await session.execute(delete(NotificationEndpoint).where(NotificationEndpoint.uid == uid))
+    results = [sender.Result(c, sender.Outcome("succeeded", 3, 204), team.clock.now()) for c in claimed]
+    async with sessions() as session, session.begin():
+        await sender.record(session, team.clock, SETTINGS, results)
+    [message] = await messages(team)
+    assert message.endpoint_uid == other and message.status == "delivered"
