@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime as dt
 import http.server
 import json
 import os
@@ -28,11 +27,10 @@ import standardwebhooks
 from cryptography.fernet import Fernet
 from serve_support import Served, committed, serving, wait_for
 
-from store import ids
 from store.clock import SystemClock
 from store.crypto import SecretBox
 from store.db import create_engine, migrate, session_factory
-from store.models import NotificationAttempt, NotificationCursor, NotificationEndpoint, NotificationMessage
+from store.models import NotificationAttempt, NotificationCursor, NotificationMessage
 
 pytestmark = pytest.mark.slow
 
@@ -91,22 +89,16 @@ async def _seed(url: str, key: str, receiver_url: str, secret: str) -> None:
         team = await builders.team(s)
         await builders.secret(s, box, clock, team.id, "HOOK_SECRET", secret)
         factory = await builders.factory(s, clock, team.id, "crash")
-        now = clock.now() - dt.timedelta(seconds=1)
-        s.add(
-            NotificationEndpoint(
-                uid=ids.new_id(ids.NOTIFICATION),
-                team_id=team.id,
-                factory_uid=factory.uid,
-                name="ops",
-                url=receiver_url,
-                secret_name="HOOK_SECRET",
-                events=["CANCELLED"],
-                filter={"factories": ["*"]},
-                enabled=True,
-                managed_by="api",
-                created_at=now,
-                updated_at=now,
-            )
+        await builders.notification(
+            s,
+            clock,
+            team.id,
+            factory.uid,
+            "ops",
+            url=receiver_url,
+            secret_name="HOOK_SECRET",
+            events=["CANCELLED"],
+            filter={"factories": ["*"]},
         )
     await engine.dispose()
 

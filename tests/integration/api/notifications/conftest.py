@@ -26,10 +26,9 @@ from api.notifications import policy
 from api.notifications.sender import Sender
 from api.notifications.transport import GuardedTransport
 from api.runs import events
-from store import ids
 from store.clock import ManualClock
 from store.crypto import SecretBox
-from store.models import NotificationCursor, NotificationEndpoint, RunEvent
+from store.models import NotificationCursor, RunEvent
 
 Answer = int | str | tuple[int, dict[str, str]]
 
@@ -94,26 +93,15 @@ class Team:
     secret: str
     secret_name: str = "HOOK_SECRET"
 
-    async def endpoint(self, url: str, **columns: Any) -> str:
-        now = self.clock.now()
-        values: dict[str, Any] = {
-            "uid": ids.new_id(ids.NOTIFICATION),
-            "team_id": self.team_id,
-            "factory_uid": self.factory_uid,
-            "name": columns.pop("name", "ops"),
-            "url": url,
-            "secret_name": self.secret_name,
-            "events": ["run.*"],
-            "filter": {},
-            "enabled": True,
-            "managed_by": "api",
-            "created_at": now - dt.timedelta(minutes=1),
-            "updated_at": now,
-            **columns,
-        }
+    async def endpoint(self, url: str, **options: Any) -> str:
+        """An endpoint of the team's factory (``builders.notification``), told of every change unless
+        ``events`` says otherwise, signed with the team's secret; its UID."""
+        options = {"name": "ops", "events": ["run.*"], "secret_name": self.secret_name, **options}
         async with self.sessions() as s, s.begin():
-            s.add(NotificationEndpoint(**values))
-        return str(values["uid"])
+            row = await builders.notification(
+                s, self.clock, self.team_id, self.factory_uid, url=url, **options
+            )
+            return row.uid
 
     async def run(self, **columns: Any) -> str:
         async with self.sessions() as s, s.begin():
