@@ -38,10 +38,14 @@ COMMANDS: dict[str, Command] = {
     "watch": Command("watch", "apply a factory directory on every change (no server)"),
     "worker": Command("worker", "run a self-hosted worker for one worker host ID"),
     "runs": Command("runs", "create, list, inspect, follow up and cancel runs (HTTP API)"),
+    "events": Command("events", "follow the team's run events live (HTTP API)"),
     "schedules": Command("schedules", "list, pause, resume and run scheduled agents now (HTTP API)"),
     "webhooks": Command("webhooks", "create, list, enable/disable, rotate and delete webhooks"),
     "deliveries": Command("webhooks", "a webhook's delivery log"),
     "automations": Command("webhooks", "test automation filters against stored deliveries"),
+    "notifications": Command(
+        "notifications", "endpoints, messages and resends of outbound notifications (HTTP API)"
+    ),
 }
 
 

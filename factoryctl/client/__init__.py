@@ -8,11 +8,13 @@
         created = client.runs.create("Summarise issue 42")
         run = client.runs.get(created.run_id)
 
-Resources: ``runs``, ``factories``, ``webhooks``, ``deliveries``, ``automations``, ``secrets``,
-``files``, ``workers``, ``schedules`` (scheduled agents) and ``agents`` (skills and the SDK's
-environment listing); ``with_raw_response`` mirrors them and answers status, headers and a
-``parse()``. Retries, timeouts and the exception tree are described in :mod:`factoryctl.client._transport`
-and :mod:`factoryctl.client.errors`; the guide is ``docs/client.md``.
+Resources: ``runs``, ``factories``, ``webhooks``, ``deliveries``, ``automations``, ``notifications``
+(outbound notification endpoints, their messages and resends), ``secrets``,
+``files``, ``workers``, ``schedules`` (scheduled agents), ``agents`` (skills and the SDK's
+environment listing) and ``events`` (the team's live event stream); ``with_raw_response`` mirrors them
+and answers status, headers and a ``parse()``. Retries, timeouts and the exception tree are described
+in :mod:`factoryctl.client._transport` and :mod:`factoryctl.client.errors`; the guide is
+``docs/client.md``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from factoryctl.client.errors import (
     UnprocessableEntityError,
     parse_retry_after,
 )
-from factoryctl.client.events import RunStreamEvent
+from factoryctl.client.events import RunStreamEvent, TeamStreamEvent
 from factoryctl.client.models import (
     AgentSkill,
     AgentVariant,
@@ -64,6 +66,10 @@ from factoryctl.client.models import (
     Heartbeat,
     LogLine,
     LogPage,
+    NotificationAttempt,
+    NotificationEndpoint,
+    NotificationMessage,
+    NotificationMessageDetail,
     Page,
     PageInfo,
     PendingFollowup,
@@ -127,6 +133,10 @@ __all__ = [
     "LogLine",
     "LogPage",
     "NotFoundError",
+    "NotificationAttempt",
+    "NotificationEndpoint",
+    "NotificationMessage",
+    "NotificationMessageDetail",
     "Page",
     "PageInfo",
     "PendingFollowup",
@@ -147,6 +157,7 @@ __all__ = [
     "Scope",
     "Secret",
     "StateReport",
+    "TeamStreamEvent",
     "UnprocessableEntityError",
     "ValidationDiagnostic",
     "ValidationReport",

@@ -6,6 +6,8 @@
         run = await client.runs.get(run_id)
         async for delivery in client.deliveries.iter(factory_uid, webhook_uid, status="Accepted"):
             ...
+        async for event in client.events.stream(factory_uid=factory_uid):  # live, until you stop
+            ...
 
 Endpoints come from :mod:`factoryctl.client.resources`; only waiting differs from the sync executor.
 """

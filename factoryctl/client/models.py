@@ -300,6 +300,71 @@ class FilterTestResult(Model):
         return self.webhook_check.passed and self.payload_check.passed
 
 
+# --- notification endpoints, messages and attempts ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NotificationEndpoint(Model):
+    """An outbound notification endpoint (docs/management.md, "Notification endpoints"); the secret is
+    named, never shown."""
+
+    id: str
+    name: str
+    url: str = ""
+    events: list[str] = field(default_factory=list)
+    filter: dict[str, Any] = field(default_factory=dict)
+    enabled: bool = True
+    description: str | None = None
+    secret_name: str | None = None
+    managed_by: str | None = None
+    definition_path: str | None = None
+    failing: bool = False
+    consecutive_failures: int = 0
+    failing_since: dt.datetime | None = None
+    last_success_at: dt.datetime | None = None
+    created_at: dt.datetime | None = None
+    updated_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class NotificationMessage(Model):
+    """One run state change for one endpoint; ``id`` is its ``webhook-id``, ``attempts`` a count."""
+
+    id: str
+    status: str  # pending | delivered | failed
+    endpoint_id: str | None = None
+    run_id: str | None = None
+    event_type: str | None = None
+    attempts: int = 0
+    next_attempt_at: dt.datetime | None = None
+    last_attempt_at: dt.datetime | None = None
+    last_response_status: int | None = None
+    last_error: str | None = None
+    delivered_at: dt.datetime | None = None
+    created_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class NotificationAttempt(Model):
+    attempt: int
+    outcome: str  # succeeded | failed | timeout | refused
+    trigger: str = "scheduled"  # or manual (a resend)
+    started_at: dt.datetime | None = None
+    duration_ms: int | None = None
+    response_status: int | None = None
+    response_excerpt: str | None = None
+    error: str | None = None
+    next_attempt_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class NotificationMessageDetail(NotificationMessage):
+    """A message with the body it sends and its attempts, oldest first."""
+
+    payload: Any = None
+    attempt_log: list[NotificationAttempt] = field(default_factory=list)
+
+
 # --- scheduled agents, environments, agents (the SDK's /agent surfaces) -----------------------------
 
 

@@ -4,7 +4,8 @@ Each function builds the :class:`~factoryctl.client._transport.RequestSpec` of o
 classes expose them as methods in every mode (see :mod:`factoryctl.client._endpoints`). Webhooks, their
 deliveries and automations live in :mod:`factoryctl.client.webhook_resources`, scheduled agents and the
 SDK's ``/agent`` listings in :mod:`factoryctl.client.agent_resources`, the worker protocol in
-:mod:`factoryctl.client.worker_resources`.
+:mod:`factoryctl.client.worker_resources`, notification endpoints and their messages in
+:mod:`factoryctl.client.notification_resources`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from factoryctl.client._endpoints import (
 )
 from factoryctl.client._transport import RequestSpec, path, query
 from factoryctl.client.agent_resources import Agents, Schedules
-from factoryctl.client.events import streamed
+from factoryctl.client.events import Events, streamed
 from factoryctl.client.models import (
     Attachment,
     Factory,
@@ -42,6 +43,7 @@ from factoryctl.client.models import (
     Secret,
     ValidationReport,
 )
+from factoryctl.client.notification_resources import Notifications
 from factoryctl.client.webhook_resources import Automations, Deliveries, Webhooks
 from factoryctl.client.worker_resources import Workers
 
@@ -281,8 +283,10 @@ class Resources(Generic[Mode]):
         self.webhooks: Webhooks[Mode] = Webhooks(executor)
         self.deliveries: Deliveries[Mode] = Deliveries(executor)
         self.automations: Automations[Mode] = Automations(executor)
+        self.notifications: Notifications[Mode] = Notifications(executor)
         self.secrets: Secrets[Mode] = Secrets(executor)
         self.files: Files[Mode] = Files(executor)
         self.workers: Workers[Mode] = Workers(executor)
         self.schedules: Schedules[Mode] = Schedules(executor)
         self.agents: Agents[Mode] = Agents(executor)
+        self.events: Events[Mode] = Events(executor)  # the team stream (docs/events.md)

@@ -8,9 +8,12 @@
             ...
         raw = client.with_raw_response.runs.get(run.run_id)
         print(raw.status_code, raw.headers["content-type"], raw.parse().state)
+        for event in client.events.stream(state=["FAILED", "ERROR"]):  # live, until you stop
+            print(event.run_id, event.state, event.cursor)
 
 Endpoints are defined once in :mod:`factoryctl.client.resources`; this module only sends, waits and
-retries (policy in :mod:`factoryctl.client._transport`).
+retries (policy in :mod:`factoryctl.client._transport`); the event streams' iterators, which reconnect
+instead, are :mod:`factoryctl.client.events`.
 """
 
 from __future__ import annotations

@@ -397,6 +397,19 @@ def fuzz_config(server: Server, s: Seeds) -> schemathesis.Config:
                 ],
                 offer("scheduleId", s.schedules),
             ),
+            # The team stream never ends by itself (docs/events.md, "Team stream"), and it is fuzzed as it
+            # is, not swapped for something that ends: schemathesis reads an event stream until it ends,
+            # sends `max-stream-events` events or the request timeout passes, then closes the connection
+            # and checks what arrived. So each case is answered by a problem at once (a malformed cursor,
+            # an unknown state...) or gets the status, the media type and the first second of the live
+            # stream: the `retry:` hint, the position frame, and the events replayed after a fuzzed cursor,
+            # each frame validated against the documented frame schema. One second per accepted case, not
+            # the 10 s default (nothing more arrives in between: heartbeats come every 15 s).
+            {
+                "include-operation-id": ["streamTeamEvents"],
+                "request-timeout": 1.0,
+                "max-stream-events": 5,
+            },
             operations(
                 ["deliverWebhook"],
                 offer("webhookUid", [s.ingress_webhook], 0.9),

@@ -1,0 +1,181 @@
+"""What every event stream of an app shares (docs/events.md, "Ordering and delivery" and "Bounds").
+
+Both stream kinds — a run's (:mod:`api.runs.stream`) and the team's (:mod:`api.runs.team_stream`) — are
+served by :func:`serve_sse`: one :class:`EventHub` per app counts their open streams per API key (one cap
+for both kinds), tracks their tasks so shutdown can end them, and wakes them. A stream wakes at once after a
+commit in this process that wrote events (:func:`notify_events`), and otherwise when the probe, run every
+``poll_seconds`` while any stream is open, sees the event log change: that is how an event committed by
+another replica, or by a path that does not notify, arrives within ``poll_seconds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+
+from aiohttp import web
+from sqlalchemy import func, select
+
+from api.context import SESSIONS
+from api.errors import RateLimited
+from api.periodic import periodic
+from api.runs import events
+from api.runs.claim_signal import ClaimSignal
+from store.models import RunEvent
+
+log = logging.getLogger("factoryctl.events")
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass
+class StreamSettings:
+    """docs/events.md, "Bounds": tests shorten the intervals on a live app."""
+
+    heartbeat_seconds: float = 15.0  # a ``: heartbeat`` comment after this long without a write
+    poll_seconds: float = 0.25  # how often other replicas' events are looked for (≤ the 1 s promise)
+    max_streams_per_key: int = 20  # more open streams of one API key (both kinds together) answer 429
+    batch: int = 500  # events read per query
+    retry_ms: int = 2000  # the ``retry:`` hint: how long a client waits before reconnecting
+    shutdown_grace_seconds: float = 5.0  # streams still running after this are cancelled
+
+
+class EventHub:
+    """One app's open event streams: their wake-up, their count per key, their tasks."""
+
+    def __init__(self, settings: StreamSettings | None = None) -> None:
+        self.settings = settings or StreamSettings()
+        self.signal = ClaimSignal()
+        self.closing = False
+        self.open_by_key: collections.Counter[str] = collections.Counter()
+        self.tasks: set[asyncio.Task[object]] = set()
+        self._last_seen: tuple[int | None, events.Position] | None = None
+
+    @contextlib.contextmanager
+    def stream(self, key_id: str) -> Iterator[None]:
+        """Count one open stream of ``key_id`` (429 beyond the cap) and track its task until it ends."""
+        if self.closing:
+            raise RateLimited("the server is shutting down; reconnect to another replica")
+        if self.open_by_key[key_id] >= self.settings.max_streams_per_key:
+            raise RateLimited(
+                f"at most {self.settings.max_streams_per_key} event streams may be open per API key"
+            )
+        self.open_by_key[key_id] += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self.tasks.add(task)
+        try:
+            yield
+        finally:
+            self.open_by_key[key_id] -= 1
+            if not self.open_by_key[key_id]:
+                del self.open_by_key[key_id]
+            if task is not None:
+                self.tasks.discard(task)
+
+    async def probe(self, app: web.Application) -> None:
+        """Wake the streams when the event log changed since the last probe (any writer, any replica).
+
+        Two index lookups: ``max(id)`` grows when any event commits (what a run's stream reads), and the
+        newest position below the commit horizon grows exactly when an event becomes readable in (txid, id)
+        order (what the team stream reads) — including one that committed after a higher id, or that a
+        running transaction held back, which leaves ``max(id)`` unchanged (docs/events.md, "Team stream").
+        """
+        if not self.tasks:
+            self._last_seen = None
+            return
+        async with app[SESSIONS]() as session:
+            newest = await session.scalar(select(func.max(RunEvent.id)))
+            readable = await events.latest_position(session)
+        if (newest, readable) != self._last_seen:
+            self._last_seen = (newest, readable)
+            self.signal.wake()
+
+    async def close(self) -> None:
+        """End every open stream (they finish their current write and return), then cancel stragglers."""
+        self.closing = True
+        self.signal.wake()
+        pending = {t for t in self.tasks if t is not asyncio.current_task()}
+        if not pending:
+            return
+        _, late = await asyncio.wait(pending, timeout=self.settings.shutdown_grace_seconds)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late)
+
+
+EVENT_HUB = web.AppKey("event_hub", EventHub)
+
+
+def notify_events(app: web.Application) -> None:
+    """Wake this process's streams after a commit that wrote events (call after the commit)."""
+    hub = app.get(EVENT_HUB)
+    if hub is not None:
+        hub.signal.wake()
+
+
+class SseWriter:
+    """One open stream's response: frames, and the quiet time that decides when a heartbeat is due."""
+
+    def __init__(self, hub: EventHub, resp: web.StreamResponse) -> None:
+        self.hub, self.resp, self.last_write = hub, resp, time.monotonic()
+
+    async def send(self, frame: bytes) -> None:
+        await self.resp.write(frame)
+        self.last_write = time.monotonic()
+
+    async def pause(self, wake: asyncio.Event) -> None:
+        """Wait for ``wake`` (taken before the read that just caught up), or write a heartbeat when the
+        stream has been quiet for ``heartbeat_seconds``; either way the caller reads again next."""
+        idle = time.monotonic() - self.last_write
+        if idle >= self.hub.settings.heartbeat_seconds:
+            await self.send(b": heartbeat\n\n")
+            return
+        await ClaimSignal.wait(wake, self.hub.settings.heartbeat_seconds - idle)
+
+
+Follow = Callable[[SseWriter], Awaitable[None]]
+
+
+async def serve_sse(request: web.Request, key_id: str, follow: Follow, what: str) -> web.StreamResponse:
+    """Open an SSE response counted against ``key_id``'s cap, send the ``retry:`` hint, run ``follow``
+    until it returns (caught up with an end, or the hub is closing), and end the response cleanly.
+
+    Call it after every check that may answer a problem: from here on the status is 200.
+    """
+    hub = request.app[EVENT_HUB]
+    with hub.stream(key_id):
+        resp = web.StreamResponse(headers=SSE_HEADERS)
+        await resp.prepare(request)
+        try:
+            writer = SseWriter(hub, resp)
+            await writer.send(f"retry: {hub.settings.retry_ms}\n\n".encode())
+            await follow(writer)
+            await resp.write_eof()
+        except ConnectionResetError:  # the client went away; nothing to finish
+            log.debug("event stream of %s: the client disconnected", what)
+    return resp
+
+
+async def _close_streams(app: web.Application) -> None:
+    await app[EVENT_HUB].close()
+
+
+def install(app: web.Application) -> None:
+    """The hub, its probe (one cheap pair of lookups per poll interval while streams are open, a no-op
+    otherwise; a ``cleanup_ctx`` task, cancelled and awaited) and its shutdown."""
+    app[EVENT_HUB] = EventHub()
+    app.cleanup_ctx.append(
+        periodic(
+            "run-events-probe",
+            lambda app: app[EVENT_HUB].settings.poll_seconds,
+            lambda app: app[EVENT_HUB].probe(app),
+            log=log,
+        )
+    )
+    app.on_shutdown.append(_close_streams)

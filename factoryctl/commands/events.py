@@ -1,0 +1,95 @@
+"""``factoryctl events``: follow the team's run events live (docs/events.md, "Team stream"; docs/cli.md).
+
+One line per event on stdout until interrupted; Ctrl-C ends it with exit 0 and the cursor to resume from
+(``--after``). The stream itself never ends: the typed client reconnects with ``Last-Event-ID`` when a
+connection drops or a replica shuts down (:mod:`factoryctl.client.events`).
+
+``--factory`` takes a UID (``fa_...``, sent as is) or a factory's name, looked up among the team's factories
+(names are unique in a team); a name no factory has is a usage error (exit 2): a filter that matches nothing
+would wait forever in silence. Client, exit codes and error output come from
+:mod:`factoryctl.commands._http`. ``--format json`` prints each event's JSON as the server sent it, one per
+line (``cursor`` included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from typing import TYPE_CHECKING, Any
+
+from factoryctl.commands._http import UsageError, common_options, handler
+from factoryctl.commands.runs import STATES
+
+if TYPE_CHECKING:  # the client (httpx) is imported when the verb runs, not for --help
+    from factoryctl.client import FactoryClient, TeamStreamEvent
+
+HELP = "follow the team's run events live (HTTP API)"
+FACTORY_ID_PREFIX = "fa"  # store.ids.FACTORY, repeated so the parser does not import the store
+_FACTORY_ID = re.compile(rf"{FACTORY_ID_PREFIX}_[0-9a-z]{{26}}")  # store/ids.py: <prefix>_<26 base32 chars>
+
+
+def register(sub: Any) -> None:  # argparse subparsers
+    parser = sub.add_parser("events", parents=[common_options()], help=HELP)
+    parser.add_argument(
+        "--factory",
+        action="append",
+        default=[],
+        metavar="NAME_OR_UID",
+        help="only events of this factory's runs (repeatable)",
+    )
+    parser.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        type=str.upper,
+        choices=STATES,
+        help="only state changes into this state (repeatable; follow-ups and log lines are left out)",
+    )
+    parser.add_argument("--logs", action="store_true", help="log lines too (left out by default)")
+    parser.add_argument("--after", metavar="CURSOR", help="resume after this event's cursor (default: now)")
+    parser.set_defaults(handler=handler(_follow))
+
+
+def resolve_factory(client: FactoryClient, ref: str) -> str:
+    """The UID of the factory ``ref`` names (see the module docstring)."""
+    if _FACTORY_ID.fullmatch(ref):
+        return ref
+    for factory in client.factories.iter(search=ref):
+        if factory.name == ref:
+            return factory.uid
+    raise UsageError(f"no factory is named {ref!r} (give a factory's name or UID)")
+
+
+def line(event: TeamStreamEvent) -> str:
+    """One event as one line: time, run, then what happened (a log text's line breaks escaped)."""
+    data, head = event.data, f"{event.raw.get('created_at', '-')}  {event.run_id}"
+    if event.kind == "state":
+        message = (data.get("status_message") or {}).get("message")
+        pending = " (cancel requested)" if data.get("cancel_requested") else ""
+        return f"{head}  [{event.state}]{pending}" + (f" {message}" if message else "")
+    if event.kind == "followup":
+        return f"{head}  [follow-up {data.get('outcome')}] {data.get('message', '')}".rstrip()
+    if event.kind == "log":
+        text = str(data.get("text", "")).replace("\\", "\\\\").replace("\n", "\\n")
+        return f"{head}  {data.get('stream')}: {text}"
+    if event.kind == "truncated":
+        return f"{head}  [event log truncated after {data.get('limit')} events]"
+    return f"{head}  [{event.kind}] {json.dumps(data, sort_keys=True)}"
+
+
+def _follow(client: FactoryClient, args: argparse.Namespace) -> int:
+    if args.state and args.logs:
+        raise UsageError("--state selects state changes only; it cannot be combined with --logs")
+    factories = [resolve_factory(client, ref) for ref in args.factory]
+    stream = client.events.stream(factory_uid=factories, state=args.state, logs=args.logs, after=args.after)
+    last = args.after
+    try:
+        for event in stream:
+            print(json.dumps(event.raw) if args.format == "json" else line(event), flush=True)
+            last = event.cursor or last
+    except KeyboardInterrupt:
+        resume = f"; resume with --after {last}" if last else ""
+        print(f"stopped{resume}", file=sys.stderr)
+    return 0
