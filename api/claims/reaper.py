@@ -23,6 +23,7 @@ from api.periodic import Lifecycle, periodic
 from api.problems import store_unavailable
 from api.runs import queue
 from api.runs.claim_signal import wake_claimers
+from api.runs.stream import notify_events
 from store.clock import Clock
 
 log = logging.getLogger("factoryctl.claims")
@@ -70,6 +71,7 @@ class _Reaper:
         if moved:
             log.info("lease reaper: %d run(s) with lapsed leases moved on", moved)
             wake_claimers(app)  # some may be QUEUED again
+            notify_events(app)
 
     @staticmethod
     async def _store_answers(sessions: async_sessionmaker[AsyncSession]) -> bool:

@@ -28,6 +28,7 @@ from api.runs.config import resolve_config
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_PROMPT, MAX_TITLE, validate_metadata
 from api.runs.routes import creator_of
+from api.runs.stream import notify_events
 from store import ids
 from store.models import ApplyRecord, Automation, Factory, Webhook
 
@@ -182,6 +183,7 @@ async def dispatch_factory_run(request: web.Request) -> web.Response:
             factory_uid=factory.uid,
         )
     wake_claimers(request.app)
+    notify_events(request.app)
     return web.json_response(
         {
             "factory_uid": factory.uid,

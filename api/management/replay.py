@@ -39,6 +39,7 @@ from api.http.paths import API_V1
 from api.ingress import lookup, pipeline
 from api.management.deliveries import COLUMNS, REPLAYED, Entry, parse_payload
 from api.runs.claim_signal import wake_claimers
+from api.runs.stream import notify_events
 from store import ids
 from store.apikeys import Principal
 from store.clock import rfc3339
@@ -195,6 +196,7 @@ async def replay_delivery(request: web.Request) -> web.Response:
         runs, detail = await conn.run_sync(_replay_in, pending, entry, who, only, now)
     if runs:
         wake_claimers(request.app)
+        notify_events(request.app)
     answer = {
         "delivery_id": identity,
         "replay_of": entry.delivery_id,

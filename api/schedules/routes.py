@@ -35,6 +35,7 @@ from api.runs.config import validate_config
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_PROMPT, validate_metadata
 from api.runs.routes import creator_of
+from api.runs.stream import notify_events
 from api.schedules.firing import start_run
 from api.schedules.serialize import automation_views, schedule_item
 from store import cron, ids
@@ -315,6 +316,7 @@ async def run_schedule_now(request: web.Request) -> web.Response:
         )
         out = {"run_id": run.run_id, "task_id": run.run_id, "state": run.state, "at_capacity": False}
     wake_claimers(request.app)
+    notify_events(request.app)
     return web.json_response(out)
 
 
