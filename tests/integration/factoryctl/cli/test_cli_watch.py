@@ -42,7 +42,10 @@ def test_watch_follows_until_terminal_and_exits_by_outcome(
     first = watcher.stderr.readline() if watcher.stderr else ""  # the replay is on screen: it is live now
     assert first.startswith("[QUEUED]")
     finish(api, run_id, state)
-    out, err = watcher.communicate(timeout=30)
+    watcher.wait(timeout=30)  # a few lines: the pipes cannot fill up
+    # read on from the same text streams: communicate() would skip what readline() buffered already
+    out = watcher.stdout.read() if watcher.stdout else ""
+    err = first + (watcher.stderr.read() if watcher.stderr else "")
     assert watcher.returncode == code, err
     assert out.splitlines() == ["building"]
     assert "warning: x" in err and f"[{state}] all done" in err
