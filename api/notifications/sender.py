@@ -287,6 +287,7 @@ class Sender:
         self.transport, self.settings = transport, settings
         self.wakeup = asyncio.Event()
         self._running: set[asyncio.Task[Result]] = set()
+        self._fanned_at = float("-inf")
 
     def wake(self) -> None:
         self.wakeup.set()
@@ -302,8 +303,12 @@ class Sender:
         if results:
             async with self.sessions() as session, session.begin():
                 await record(session, self.clock, self.settings, results)
-        async with self.sessions() as session, session.begin():
-            await fanout.fan_out(session, self.clock, batch=self.settings.fanout_batch)
+        now = self.clock.monotonic()
+        if now - self._fanned_at >= self.settings.poll_seconds or not self._running:
+            # while attempts keep the loop busy, fan out once per poll interval, not on every turn
+            self._fanned_at = now
+            async with self.sessions() as session, session.begin():
+                await fanout.fan_out(session, self.clock, batch=self.settings.fanout_batch)
         room = self.settings.max_in_flight - len(self._running)
         if room <= 0:
             return 0
@@ -327,13 +332,15 @@ class Sender:
                 if started:
                     continue  # more may be due right now
                 self.wakeup.clear()
-                waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(self.wakeup.wait())}
-                waiters |= self._running
-                _, pending = await asyncio.wait(
-                    waiters, timeout=self.settings.poll_seconds, return_when=asyncio.FIRST_COMPLETED
-                )
-                for w in pending - self._running:
-                    w.cancel()
+                woken = asyncio.ensure_future(self.wakeup.wait())
+                try:
+                    await asyncio.wait(
+                        {woken, *self._running},
+                        timeout=self.settings.poll_seconds,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    woken.cancel()  # also when this task is cancelled: no waiter outlives the loop
         finally:
             for task in self._running:
                 task.cancel()

@@ -30,6 +30,7 @@ from api.context import BOX, CLOCK, SESSIONS, SETTINGS
 from api.runs import queue
 from api.runs.claim_signal import ClaimSignal, claim_signal
 from api.runs.states import IllegalTransition
+from api.runs.stream import notify_events
 from factoryctl.worker import EnvironmentSetupFailed
 from factoryctl.worker.execution import (
     ExecutionSettings,
@@ -83,9 +84,11 @@ class StoreChannel:
         run_id: str,
         owner: str,
         lease_seconds: float,
+        committed: Callable[[], None] = lambda: None,
     ) -> None:
         self.sessions, self.clock = sessions, clock
         self.run_id, self.owner, self.lease_seconds = run_id, owner, lease_seconds
+        self.committed = committed  # after each commit: this replica's event streams look now
 
     async def heartbeat(self, *, start: bool) -> HeartbeatReply:
         try:
@@ -101,6 +104,8 @@ class StoreChannel:
                 followups = [followup_json(f) for f in beat.followups]
         except (queue.NotLeaseHolder, NotFound, IllegalTransition) as exc:
             raise LeaseLost(str(exc)) from exc
+        if start:
+            self.committed()
         return HeartbeatReply(beat.cancel_requested, followups, beat.state)
 
     async def send_logs(self, lines: Sequence[LogLine]) -> None:
@@ -109,6 +114,7 @@ class StoreChannel:
                 await queue.append_logs(session, self.clock, self.run_id, lines, owner=self.owner)
         except (queue.NotLeaseHolder, NotFound) as exc:
             raise LeaseLost(str(exc)) from exc
+        self.committed()
 
     async def report(self, outcome: Outcome) -> None:
         try:
@@ -123,6 +129,7 @@ class StoreChannel:
                 )
         except (queue.NotLeaseHolder, NotFound, IllegalTransition) as exc:
             raise LeaseLost(str(exc)) from exc
+        self.committed()
 
 
 class ServiceWorker:
@@ -175,6 +182,7 @@ class ServiceWorker:
                 if run is None:
                     return None
                 payload = await claim_payload(session, clock, run, lease)
+            notify_events(self.app)  # the claim is a state event
             resolver = skill_resolver(self.app)
             completed = await complete_claim(sessions, clock, resolver, payload, owner=self.owner)
             if completed is not None:
@@ -182,7 +190,14 @@ class ServiceWorker:
 
     async def execute(self, payload: dict[str, Any]) -> None:
         run, lease = payload["run"], float(payload["lease_seconds"])
-        channel = StoreChannel(self.app[SESSIONS], self.app[CLOCK], str(run["run_id"]), self.owner, lease)
+        channel = StoreChannel(
+            self.app[SESSIONS],
+            self.app[CLOCK],
+            str(run["run_id"]),
+            self.owner,
+            lease,
+            committed=lambda: notify_events(self.app),
+        )
         try:
             # Secret values are read here, inside the worker, never in the claim answer.
             job = await job_for_claim(run, StoreSecrets(self.app[SESSIONS], self.app[BOX]), channel)

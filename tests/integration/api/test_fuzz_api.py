@@ -24,6 +24,7 @@ per operation; ``make fuzz`` runs the same test with many more. ``FACTORY_FUZZ_S
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -192,6 +193,9 @@ class Seeds:
     environments: list[str] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)
     schedules: list[str] = field(default_factory=list)
+    endpoints: list[str] = field(default_factory=list)  # notification endpoints: read, edit (by ID or name)
+    deletable_endpoints: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
     ingress_webhook: str = ""
     ingress_token: str = ""
     url_token_webhook: str = ""
@@ -250,6 +254,23 @@ def seed(server: Server) -> Seeds:
         assert resp.status_code == 202, resp.text
         s.deliveries.append(resp.json()["delivery_id"])
 
+    # Notification endpoints of the API-managed factory: one to read, edit and resend from (nothing listens
+    # at its URL, so its messages stay pending and fail), one to delete; every run change below is a message.
+    signing = "whsec_" + base64.b64encode(b"fuzz-signing-key-of-32-bytes!!!!").decode()
+    server.call("POST", f"{v1}/secrets", {"name": "fuzz-sign", "value": signing}, 201)
+    notify = f"{v1}/factory/{api['uid']}/notifications"
+    for name in ("fuzz-ops", "fuzz-doomed"):
+        body = {
+            "name": name,
+            "url": "http://127.0.0.1:9/hook",
+            "secretName": "fuzz-sign",
+            "events": ["run.*"],
+            "filter": {"factories": ["*"]},
+        }
+        endpoint = server.call("POST", notify, body, 201)
+        (s.endpoints if name == "fuzz-ops" else s.deletable_endpoints).append(endpoint["id"])
+    s.endpoints.append("fuzz-ops")
+
     # Runs: queued, cancelled, claimed and in progress (with log lines), and one dispatched to a factory.
     queued = server.call("POST", f"{v1}/agent/run", {"prompt": "fuzz: queued"})["run_id"]
     cancelled = server.call("POST", f"{v1}/agent/run", {"prompt": "fuzz: cancelled"})["run_id"]
@@ -267,6 +288,11 @@ def seed(server: Server) -> Seeds:
     dispatched = server.call("POST", f"{v1}/factory/{api['uid']}/runs", {"prompt": "fuzz: dispatched"})
     s.runs += [queued, cancelled, live, dispatched["run_id"]]
     ENDED_RUN["id"] = cancelled
+
+    listed = server.wait(
+        lambda: server.call("GET", f"{notify}/{s.endpoints[0]}/messages")["messages"], "notification messages"
+    )
+    s.messages += [m["id"] for m in listed]
 
     # Environments and secrets: API-managed, definitions-managed (read-only: 409) and in use (409).
     server.call("POST", f"{v1}/environments", {"name": "fuzz-env", "setup": ["true"]}, 201)
@@ -367,6 +393,26 @@ def fuzz_config(server: Server, s: Seeds) -> schemathesis.Config:
                 offer("factoryUid", s.factories)
                 | offer("webhookUid", s.webhooks)
                 | offer("deliveryId", s.deliveries),
+            ),
+            operations(
+                ["replayDelivery"],
+                offer("factoryUid", s.factories)
+                | offer("webhookUid", s.webhooks)
+                | offer("deliveryId", s.deliveries),
+            ),
+            operations(
+                ["getNotificationEndpoint", "updateNotificationEndpoint", "listNotificationMessages"],
+                offer("factoryUid", s.factories) | offer("endpointRef", s.endpoints),
+            ),
+            operations(
+                ["deleteNotificationEndpoint"],
+                offer("factoryUid", s.factories) | offer("endpointRef", s.deletable_endpoints),
+            ),
+            operations(
+                ["getNotificationMessage", "resendNotificationMessage"],
+                offer("factoryUid", s.factories)
+                | offer("endpointRef", s.endpoints)
+                | offer("messageId", s.messages),
             ),
             operations(
                 ["updateWebhook", "rotateWebhookSecret", "supplyWebhookSecret"],

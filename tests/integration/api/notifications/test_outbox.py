@@ -361,3 +361,20 @@ async def test_a_result_for_a_message_deleted_meanwhile_is_dropped_not_fatal(
         await sender.record(session, team.clock, SETTINGS, results)
     [message] = await messages(team)
     assert message.endpoint_uid == other and message.status == "delivered"
+
+
+async def test_the_sender_loop_stops_without_leaving_a_task(
+    team: Team, receiver: Receiver, make_sender: MakeSender
+) -> None:
+    s = await make_sender()
+    await team.endpoint(receiver.url, events=["CANCELLED"])
+    receiver.default = "hang"  # an attempt in flight when the loop is cancelled
+    before = asyncio.all_tasks()
+    loop = asyncio.create_task(s.run())
+    await cancel(team, await team.run())  # the first turn started the cursor before this change
+    await receiver.wait_for(1)
+    loop.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await loop
+    leftover = {t for t in asyncio.all_tasks() - before if "web_protocol" not in repr(t)}  # the receiver's
+    assert not leftover, leftover
