@@ -49,10 +49,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.app import ROUTE_MODULES, create_app
-from api.context import SESSIONS, ServerSettings
+from api.context import ServerSettings
 from bench.claims import admin_exec
 from bench.pickup import free_port
-from factoryctl.serve.local_workers import StoreChannel
+from factoryctl.serve.local_workers import store_channel
 from store import apikeys
 from store.clock import SystemClock
 from store.crypto import SecretBox
@@ -143,7 +143,7 @@ def in_process(runner: web.AppRunner, keys: Keys) -> Write:
     """What a service-hosted worker (``serve --workers N``) does: ``StoreChannel.send_logs`` on the store."""
 
     async def write(run_id: str, text: str) -> None:
-        channel = StoreChannel(runner.app[SESSIONS], SystemClock(), run_id, keys.worker_owner, 30.0)
+        channel = store_channel(runner.app, run_id, keys.worker_owner, 30.0)
         await channel.send_logs([("stdout", text)])
 
     return write

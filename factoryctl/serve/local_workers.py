@@ -132,6 +132,14 @@ class StoreChannel:
         self.committed()
 
 
+def store_channel(app: web.Application, run_id: str, owner: str, lease_seconds: float) -> StoreChannel:
+    """The channel of a service-hosted worker's run: the app's store, and its event streams woken after
+    every commit (docs/events.md, "In-process wake-up")."""
+    return StoreChannel(
+        app[SESSIONS], app[CLOCK], run_id, owner, lease_seconds, committed=lambda: notify_events(app)
+    )
+
+
 class ServiceWorker:
     """One in-process worker task: claim, execute, repeat."""
 
@@ -190,14 +198,7 @@ class ServiceWorker:
 
     async def execute(self, payload: dict[str, Any]) -> None:
         run, lease = payload["run"], float(payload["lease_seconds"])
-        channel = StoreChannel(
-            self.app[SESSIONS],
-            self.app[CLOCK],
-            str(run["run_id"]),
-            self.owner,
-            lease,
-            committed=lambda: notify_events(self.app),
-        )
+        channel = store_channel(self.app, str(run["run_id"]), self.owner, lease)
         try:
             # Secret values are read here, inside the worker, never in the claim answer.
             job = await job_for_claim(run, StoreSecrets(self.app[SESSIONS], self.app[BOX]), channel)
