@@ -46,6 +46,7 @@ ROUTE_MODULES: tuple[str, ...] = (
     "api.schedules.routes",
     "api.agents.routes",
     "api.notifications.routes",
+    "api.console.routes",
 )
 
 Lifecycle = Callable[[web.Application], AsyncIterator[None]]

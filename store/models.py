@@ -573,3 +573,25 @@ class NotificationCursor(Base):
     txid: Mapped[int] = mapped_column(BigInteger)
     event_id: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[dt.datetime]
+
+
+# --- the web console (docs/console.md) ------------------------------------------------------------
+
+
+class ConsoleSession(Base):
+    """A signed-in console session. ``id`` is the SHA-256 of the cookie's random value (the cookie alone
+    opens it; a database read never does); the API key it was opened with is never stored anywhere else.
+
+    It ends at ``expires_at`` (absolute), after ``idle`` without a request, on sign-out, and when its key is
+    revoked (checked on every request) or deleted (cascade).
+    """
+
+    __tablename__ = "console_sessions"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    role: Mapped[str] = mapped_column(String(20))
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime]
+    last_seen_at: Mapped[dt.datetime]
+    expires_at: Mapped[dt.datetime]

@@ -1,0 +1,147 @@
+"""The web console's routes (docs/console.md): sign-in, sign-out and the pages, under ``/console/``.
+
+Pages are rendered on the server with Jinja2 (``autoescape`` on: every value from a payload, a definition
+or a harness is text, never markup) and enhanced by one small script of our own (``static/console.js``);
+every asset is served from here, so the console works with no internet access and needs no Node toolchain.
+Pages read the store through the same functions as the API; handlers never trust the browser for the team
+or the role.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import web
+from sqlalchemy import select
+
+from api.console import sessions as console_sessions
+from api.console.security import changing, console_middleware, csrf_ok, current_user, settings_of, signed_in
+from api.context import CLOCK, SESSIONS, SETTINGS
+from api.factories.serialize import factory_json
+from store.apikeys import authenticate
+from store.models import Factory
+
+HERE = Path(__file__).parent
+TEMPLATES = web.AppKey("console_templates", jinja2.Environment)
+
+
+def _secure(request: web.Request) -> bool:
+    return request.app[SETTINGS].base_url.startswith("https://")
+
+
+def _next(value: str | None) -> str:
+    """Where to go after signing in: a console path only (never another site)."""
+    if value and value.startswith("/console/") and not value.startswith("//") and "\\" not in value:
+        return value
+    return "/console/factories"
+
+
+def render(
+    request: web.Request, template: str, context: dict[str, Any], *, status: int = 200
+) -> web.Response:
+    return aiohttp_jinja2.render_template(template, request, context, status=status, app_key=TEMPLATES)
+
+
+async def root(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPFound("/console/")
+
+
+async def home(request: web.Request) -> web.StreamResponse:
+    await signed_in(request)
+    raise web.HTTPFound("/console/factories")
+
+
+async def login_form(request: web.Request, *, error: str | None = None, status: int = 200) -> web.Response:
+    token = secrets.token_urlsafe(32)
+    response = render(
+        request,
+        "login.html",
+        {"login_token": token, "next": _next(request.query.get("next")), "error": error, "user": None},
+        status=status,
+    )
+    console_sessions.set_cookie(
+        response, console_sessions.LOGIN_COOKIE, token, secure=_secure(request), max_age=3600
+    )
+    return response
+
+
+async def login_page(request: web.Request) -> web.StreamResponse:
+    if await current_user(request) is not None:
+        raise web.HTTPFound(_next(request.query.get("next")))
+    return await login_form(request)
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    """``POST /console/login``: the key is checked once, a session is opened, the key is forgotten."""
+    form = await request.post()
+    if not csrf_ok(request.cookies.get(console_sessions.LOGIN_COOKIE, ""), form.get("login_token")):
+        return await login_form(request, error="The sign-in form expired; try again.", status=403)
+    key = form.get("api_key")
+    async with request.app[SESSIONS]() as session, session.begin():
+        who = await authenticate(session, request.app[CLOCK], key) if isinstance(key, str) and key else None
+        if who is None:
+            error = "That API key is not valid (unknown or revoked)."
+        elif who.role == "worker":
+            error = "Worker keys cannot sign in to the console; use a member or admin key."
+        else:
+            token, _ = await console_sessions.open_session(
+                session, request.app[CLOCK], who, settings_of(request.app)
+            )
+            error = None
+    if error is not None:
+        return await login_form(request, error=error, status=401)
+    response = web.HTTPSeeOther(_next(str(form.get("next") or "")))
+    max_age = int(settings_of(request.app).absolute.total_seconds())
+    console_sessions.set_cookie(
+        response, console_sessions.COOKIE, token, secure=_secure(request), max_age=max_age
+    )
+    console_sessions.clear_cookie(response, console_sessions.LOGIN_COOKIE)
+    raise response
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    """``POST /console/logout`` (CSRF-checked); a GET shows the sign-out button (no state change by GET)."""
+    if request.method == "GET":
+        user = await current_user(request)
+        if user is None:
+            raise web.HTTPSeeOther("/console/login")
+        return render(request, "logout.html", {"user": user})
+    await changing(request)
+    async with request.app[SESSIONS]() as session, session.begin():
+        await console_sessions.close_session(session, request.cookies.get(console_sessions.COOKIE, ""))
+    response = web.HTTPSeeOther("/console/login")
+    console_sessions.clear_cookie(response, console_sessions.COOKIE)
+    raise response
+
+
+async def factories(request: web.Request) -> web.StreamResponse:
+    user = await signed_in(request)
+    stmt = select(Factory).where(Factory.team_id == user.team_id).order_by(Factory.name, Factory.uid)
+    async with request.app[SESSIONS]() as session:
+        rows = [factory_json(r) for r in (await session.scalars(stmt.limit(500))).all()]
+    return render(request, "factories.html", {"user": user, "factories": rows, "nav": "factories"})
+
+
+def setup(app: web.Application) -> None:
+    env = aiohttp_jinja2.setup(
+        app,
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        app_key=TEMPLATES,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.globals["condition"] = lambda conds, kind: next((c for c in conds if c.get("type") == kind), None)
+    env.globals["static_url"] = lambda name: str(app.router["console_static"].url_for(filename=name))
+    app.middlewares.append(console_middleware)
+    app.router.add_get("/", root)
+    app.router.add_get("/console", home)
+    app.router.add_get("/console/", home)
+    app.router.add_get("/console/login", login_page)
+    app.router.add_post("/console/login", login)
+    app.router.add_route("*", "/console/logout", logout)
+    app.router.add_get("/console/factories", factories)
+    app.router.add_static("/console/static/", HERE / "static", append_version=True, name="console_static")

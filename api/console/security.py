@@ -1,0 +1,118 @@
+"""The console's request rules (docs/console.md, "Security"): headers, cross-site refusal, CSRF, sign-in.
+
+- Every console response carries a strict Content-Security-Policy (scripts, styles and images only from
+  this server; no inline script; no framing), ``X-Frame-Options: DENY``, ``nosniff``, ``no-referrer`` and
+  ``Cache-Control: no-store`` (a secret shown once must not come back from a cache or the history).
+- A state-changing request (anything but GET/HEAD) is refused with 403 when the browser says it is
+  cross-site (``Sec-Fetch-Site``) or its ``Origin`` is not this server, and when its form's ``csrf_token``
+  is not the session's (constant-time comparison). Session cookies are also ``SameSite=Strict``.
+- :func:`signed_in` finds the session of the request's cookie or sends the browser to the sign-in page.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Final
+from urllib.parse import quote, urlsplit
+
+from aiohttp import web
+
+from api.console.sessions import COOKIE, SESSION_SETTINGS, ConsoleUser, SessionSettings, find_session
+from api.context import CLOCK, SESSIONS, SETTINGS
+
+CSP: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+HEADERS: Final = {
+    "Content-Security-Policy": CSP,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+USER = web.RequestKey("console_user", ConsoleUser)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def is_console(request: web.Request) -> bool:
+    return request.path == "/console" or request.path.startswith("/console/")
+
+
+def _same_origin(request: web.Request) -> bool:
+    """False when the browser says the request comes from another site (``Sec-Fetch-Site``, ``Origin``).
+    Clients that send neither (curl) still need the CSRF token."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    parts = urlsplit(origin)
+    ours = {f"{request.scheme}://{request.host}", request.app[SETTINGS].base_url}
+    return f"{parts.scheme}://{parts.netloc}" in ours
+
+
+@web.middleware
+async def console_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Security headers on every console response; cross-site state changes refused before any handler."""
+    if not is_console(request):
+        return await handler(request)
+    if request.method not in ("GET", "HEAD") and not _same_origin(request):
+        response: web.StreamResponse = web.Response(
+            status=403, text="Refused: a cross-site request may not change anything here."
+        )
+    else:
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:  # redirects and refusals get the headers too
+            response = web.Response(status=exc.status, reason=exc.reason, headers=exc.headers, body=exc.body)
+            for name, morsel in exc.cookies.items():
+                response.cookies[name] = morsel
+    for name, value in HEADERS.items():
+        response.headers.setdefault(name, value)
+    return response
+
+
+def settings_of(app: web.Application) -> SessionSettings:
+    return app.get(SESSION_SETTINGS) or SessionSettings()
+
+
+async def current_user(request: web.Request) -> ConsoleUser | None:
+    if USER in request:
+        return request[USER]
+    token = request.cookies.get(COOKIE)
+    if not token:
+        return None
+    async with request.app[SESSIONS]() as session, session.begin():
+        user = await find_session(session, request.app[CLOCK], token, settings_of(request.app))
+    if user is not None:
+        request[USER] = user
+    return user
+
+
+async def signed_in(request: web.Request) -> ConsoleUser:
+    """The signed-in user, or a redirect to the sign-in page that comes back here afterwards."""
+    user = await current_user(request)
+    if user is None:
+        raise web.HTTPSeeOther(f"/console/login?next={quote(request.path_qs, safe='')}")
+    return user
+
+
+def csrf_ok(expected: str, presented: object) -> bool:
+    return isinstance(presented, str) and bool(expected) and hmac.compare_digest(expected, presented)
+
+
+async def changing(request: web.Request, *, admin: bool = False) -> tuple[ConsoleUser, dict[str, str]]:
+    """The user and form of a state-changing POST: signed in, the session's CSRF token, the role."""
+    user = await signed_in(request)
+    form = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+    if not csrf_ok(user.csrf_token, form.get("csrf_token")):
+        raise web.HTTPForbidden(text="Refused: the form's CSRF token is missing or stale; reload the page.")
+    if admin and not user.is_admin:
+        raise web.HTTPForbidden(text="Refused: this action needs an admin key.")
+    return user, form
+
+
+__all__ = ["CSP", "HEADERS", "changing", "console_middleware", "csrf_ok", "current_user", "signed_in"]

@@ -1,0 +1,22 @@
+// factoryctl console: small progressive enhancement; every page works without it.
+"use strict";
+
+document.addEventListener("DOMContentLoaded", () => {
+  // Copy buttons: <button data-copy="#element-id">
+  for (const button of document.querySelectorAll("button[data-copy]")) {
+    button.addEventListener("click", async () => {
+      const source = document.querySelector(button.dataset.copy);
+      if (!source) return;
+      await navigator.clipboard.writeText(source.textContent.trim());
+      const label = button.textContent;
+      button.textContent = "Copied";
+      setTimeout(() => { button.textContent = label; }, 1500);
+    });
+  }
+  // Confirmations: <form data-confirm="Delete webhook x?">
+  for (const form of document.querySelectorAll("form[data-confirm]")) {
+    form.addEventListener("submit", (event) => {
+      if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
+  }
+});
