@@ -1,7 +1,8 @@
 """Periodic background jobs as app lifecycles: one implementation for every "every N seconds" task.
 
 A job runs once at start-up and then every ``interval_seconds`` until the app stops; a failing
-tick is logged and retried on the next one (the database may be briefly down), and on shutdown
+tick is logged and retried on the next one (a database that is down or full is one warning line, without a
+traceback), and on shutdown
 the task is cancelled and awaited, so no job outlives the app (docs/architecture.md, "Rules the
 code keeps").
 """
@@ -14,6 +15,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
+
+from api.problems import store_unavailable
 
 Lifecycle = Callable[[web.Application], AsyncIterator[None]]
 Tick = Callable[[web.Application], Awaitable[object]]
@@ -36,8 +39,12 @@ def periodic(name: str, interval_seconds: Interval, tick: Tick, *, log: logging.
         while True:
             try:
                 await tick(app)
-            except Exception:  # retried on the next tick
-                log.exception("%s failed; retrying in %gs", name, interval(app))
+            except Exception as exc:  # retried on the next tick
+                reason = store_unavailable(exc)
+                if reason is None:
+                    log.exception("%s failed; retrying in %gs", name, interval(app))
+                else:  # expected while the database is down: one line, no traceback
+                    log.warning("%s: store unavailable (%s); retrying in %gs", name, reason, interval(app))
             await asyncio.sleep(interval(app))
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:

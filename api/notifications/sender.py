@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api.ingress import signatures
 from api.notifications import fanout, policy
 from api.notifications.transport import SUCCEEDED, Outcome, Transport
+from api.problems import store_unavailable
 from store import NotFound, ids
 from store import secrets as secret_store
 from store.clock import Clock
@@ -326,8 +327,12 @@ class Sender:
             while True:
                 try:
                     started = await self.step()
-                except Exception:  # the store may be down: retried on the next turn
-                    log.exception("notification sender turn failed; retrying")
+                except Exception as exc:  # retried on the next turn
+                    reason = store_unavailable(exc)
+                    if reason is None:
+                        log.exception("notification sender turn failed; retrying")
+                    else:
+                        log.warning("notification sender: store unavailable (%s); retrying", reason)
                     started = 0
                 if started:
                     continue  # more may be due right now
