@@ -4,7 +4,7 @@
   new ones refused) and **restored**: to ``serve`` this is the database going down and coming back,
   without stopping the machine's shared PostgreSQL cluster. It runs its own event loop on a thread, so
   nothing the test does on its own loop can stall the database traffic.
-- :class:`SmallDisk` is a directory on a 2 MiB tmpfs, for the disk-full test; :func:`limit_file_size`
+- :class:`SmallDisk` is a directory on a 4 MiB tmpfs, for the disk-full test; :func:`limit_file_size`
   is the fallback where mounting is not allowed (``RLIMIT_FSIZE`` on the server process).
 - :class:`ServeProcess` is ``factoryctl serve --workers 0`` in its own process group, started and
   awaited from async tests; :func:`seed_webhook` writes a token webhook routed to one automation.
@@ -125,10 +125,10 @@ def _abort(writer: asyncio.StreamWriter) -> None:
 
 
 class SmallDisk:
-    """A directory on a 2 MiB tmpfs (mounted for the test, unmounted after); None when mounting is not
+    """A directory on a 4 MiB tmpfs (mounted for the test, unmounted after); None when mounting is not
     allowed here (not root, no CAP_SYS_ADMIN): the caller falls back to ``RLIMIT_FSIZE``."""
 
-    SIZE = "2m"
+    SIZE = "4m"  # room for the migrated store and, once the filler goes, a few more deliveries
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -155,7 +155,7 @@ async def test_postgres_outage_under_load_answers_503_and_recovers(pg_scratch: s
 
 @contextlib.contextmanager
 def _limited_data_dir(path: Path, how: str) -> Iterator[SmallDisk | None]:
-    """``tmpfs``: the directory is a 2 MiB filesystem (skipped where mounting is not allowed); ``rlimit``:
+    """``tmpfs``: the directory is a 4 MiB filesystem (skipped where mounting is not allowed); ``rlimit``:
     an ordinary directory, the server's file sizes are capped instead."""
     disk = SmallDisk.mount(path) if how == "tmpfs" else None
     if how == "tmpfs" and disk is None:
@@ -172,7 +172,7 @@ def _limited_data_dir(path: Path, how: str) -> Iterator[SmallDisk | None]:
 async def test_sqlite_disk_full_answers_503_without_corruption(
     how: str, tmp_path: Path, sqlite_template: Path
 ) -> None:
-    """The disk fills up under a running server: ``tmpfs``, a 2 MiB filesystem filled by the test (ENOSPC,
+    """The disk fills up under a running server: ``tmpfs``, a 4 MiB filesystem filled by the test (ENOSPC,
     SQLite's "database or disk is full"), then freed: the same process accepts again. ``rlimit``, for
     sessions that may not mount: ``RLIMIT_FSIZE`` caps the server's files, so writes past it fail with
     EFBIG (SQLite's "disk I/O error") - the same failed write through the same path; the limit goes only
