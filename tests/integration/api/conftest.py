@@ -8,14 +8,14 @@ creates keys in any team; ``admin_key``/``member_key``/``worker_key`` are keys o
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import builders
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import ROUTE_MODULES, create_app
@@ -23,6 +23,7 @@ from api.context import ServerSettings
 from api.runs.records import Creator
 from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
+from store.db import create_engine
 
 PUBLIC_URL = "http://factory.test"
 MakeKey = Callable[..., Awaitable[str]]
@@ -125,3 +126,25 @@ def seed_run(sessions: async_sessionmaker[AsyncSession]) -> SeedRun:
             return run.run_id
 
     return seed
+
+
+@pytest.fixture
+async def replicas(
+    db_url: str, engine: AsyncEngine, box: SecretBox, tmp_path: Path
+) -> AsyncIterator[tuple[TestClient[Any, Any], TestClient[Any, Any]]]:
+    """Two apps serving the same database through engines of their own (two replicas), started; closed
+    with their second engine afterwards."""
+    second = create_engine(db_url)
+    apps = [
+        create_app(ServerSettings(data_dir=tmp_path), eng, box, route_modules=ROUTE_MODULES)
+        for eng in (engine, second)
+    ]
+    a, b = [TestClient(TestServer(app)) for app in apps]
+    await a.start_server()
+    await b.start_server()
+    try:
+        yield a, b
+    finally:
+        await a.close()
+        await b.close()
+        await second.dispose()

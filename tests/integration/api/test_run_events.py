@@ -24,7 +24,6 @@ from api.runs import queue
 from api.runs.stream import EVENT_HUB
 from store.clock import ManualClock, SystemClock
 from store.crypto import SecretBox
-from store.db import create_engine
 from store.models import RunEvent
 
 RUNS = "/api/v1/agent/runs"
@@ -270,29 +269,17 @@ async def test_shutdown_ends_open_streams_and_leaves_no_tasks(
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 async def test_an_event_written_on_one_replica_reaches_a_stream_on_another(
-    db_url: str, engine: AsyncEngine, box: SecretBox, tmp_path: Path, make_key: Any
+    replicas: tuple[TestClient[Any, Any], TestClient[Any, Any]], make_key: Any
 ) -> None:
-    second = create_engine(db_url)
-    apps = [
-        create_app(ServerSettings(data_dir=tmp_path), eng, box, route_modules=ROUTE_MODULES)
-        for eng in (engine, second)
-    ]
-    a, b = [TestClient(TestServer(app)) for app in apps]
-    await a.start_server()
-    await b.start_server()
-    try:
-        key = await make_key("member")
-        run_id = await new_run(a, key)
-        resp = await b.get(f"{RUNS}/{run_id}/events", headers=h(key))
-        first = await anext(aiter(frames(resp)))  # the retry hint: the stream is open
-        assert "retry" in first
-        reader = asyncio.create_task(collect(resp, until="CANCELLED"))
-        started = time.monotonic()
-        assert (await a.post(f"{RUNS}/{run_id}/cancel", headers=h(key))).status == 200
-        got = await asyncio.wait_for(reader, 5)
-        assert time.monotonic() - started < 1.0
-        assert [e["data"]["state"] for e in got] == ["QUEUED", "CANCELLED"]
-    finally:
-        await a.close()
-        await b.close()
-        await second.dispose()
+    a, b = replicas
+    key = await make_key("member")
+    run_id = await new_run(a, key)
+    resp = await b.get(f"{RUNS}/{run_id}/events", headers=h(key))
+    first = await anext(aiter(frames(resp)))  # the retry hint: the stream is open
+    assert "retry" in first
+    reader = asyncio.create_task(collect(resp, until="CANCELLED"))
+    started = time.monotonic()
+    assert (await a.post(f"{RUNS}/{run_id}/cancel", headers=h(key))).status == 200
+    got = await asyncio.wait_for(reader, 5)
+    assert time.monotonic() - started < 1.0
+    assert [e["data"]["state"] for e in got] == ["QUEUED", "CANCELLED"]

@@ -23,7 +23,6 @@ from api.context import ServerSettings
 from api.runs import events
 from api.runs.stream import EVENT_HUB
 from store.crypto import SecretBox
-from store.db import create_engine
 from store.models import RunEvent
 
 EVENTS = "/api/v1/agent/events"
@@ -448,26 +447,14 @@ async def test_an_event_that_commits_after_a_higher_id_is_delivered_once_in_orde
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 async def test_an_event_written_on_one_replica_reaches_a_team_stream_on_another(
-    db_url: str, engine: AsyncEngine, box: SecretBox, tmp_path: Path, make_key: Any
+    replicas: tuple[TestClient[Any, Any], TestClient[Any, Any]], make_key: Any
 ) -> None:
-    second = create_engine(db_url)
-    apps = [
-        create_app(ServerSettings(data_dir=tmp_path), eng, box, route_modules=ROUTE_MODULES)
-        for eng in (engine, second)
-    ]
-    a, b = [TestClient(TestServer(app)) for app in apps]
-    await a.start_server()
-    await b.start_server()
-    try:
-        key = await make_key("member")
-        stream, _ = await open_live(b, key)
-        started = time.monotonic()
-        run_id = await new_run(a, key)
-        got = await stream.until(state_of(run_id, "QUEUED"), within=5)
-        assert time.monotonic() - started < 1.0
-        assert [e["run_id"] for e in got] == [run_id]
-        stream.resp.close()
-    finally:
-        await a.close()
-        await b.close()
-        await second.dispose()
+    a, b = replicas
+    key = await make_key("member")
+    stream, _ = await open_live(b, key)
+    started = time.monotonic()
+    run_id = await new_run(a, key)
+    got = await stream.until(state_of(run_id, "QUEUED"), within=5)
+    assert time.monotonic() - started < 1.0
+    assert [e["run_id"] for e in got] == [run_id]
+    stream.resp.close()
