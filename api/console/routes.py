@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import Any
 
-import aiohttp_jinja2
-import jinja2
 from aiohttp import web
 from sqlalchemy import select
 
+from api.console import admin_pages, factory_pages, run_pages
 from api.console import sessions as console_sessions
+from api.console.rendering import render, setup_templates
 from api.console.security import changing, console_middleware, csrf_ok, current_user, settings_of, signed_in
 from api.context import CLOCK, SESSIONS, SETTINGS
 from api.factories.serialize import factory_json
@@ -26,7 +25,6 @@ from store.apikeys import authenticate
 from store.models import Factory
 
 HERE = Path(__file__).parent
-TEMPLATES = web.AppKey("console_templates", jinja2.Environment)
 
 
 def _secure(request: web.Request) -> bool:
@@ -38,12 +36,6 @@ def _next(value: str | None) -> str:
     if value and value.startswith("/console/") and not value.startswith("//") and "\\" not in value:
         return value
     return "/console/factories"
-
-
-def render(
-    request: web.Request, template: str, context: dict[str, Any], *, status: int = 200
-) -> web.Response:
-    return aiohttp_jinja2.render_template(template, request, context, status=status, app_key=TEMPLATES)
 
 
 async def root(request: web.Request) -> web.StreamResponse:
@@ -127,15 +119,7 @@ async def factories(request: web.Request) -> web.StreamResponse:
 
 
 def setup(app: web.Application) -> None:
-    env = aiohttp_jinja2.setup(
-        app,
-        loader=jinja2.FileSystemLoader(HERE / "templates"),
-        autoescape=True,
-        app_key=TEMPLATES,
-        undefined=jinja2.StrictUndefined,
-    )
-    env.globals["condition"] = lambda conds, kind: next((c for c in conds if c.get("type") == kind), None)
-    env.globals["static_url"] = lambda name: str(app.router["console_static"].url_for(filename=name))
+    setup_templates(app)
     app.middlewares.append(console_middleware)
     app.router.add_get("/", root)
     app.router.add_get("/console", home)
@@ -144,4 +128,6 @@ def setup(app: web.Application) -> None:
     app.router.add_post("/console/login", login)
     app.router.add_route("*", "/console/logout", logout)
     app.router.add_get("/console/factories", factories)
+    for pages in (factory_pages, run_pages, admin_pages):
+        pages.setup(app)
     app.router.add_static("/console/static/", HERE / "static", append_version=True, name="console_static")
