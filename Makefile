@@ -22,7 +22,7 @@ run: $(STAMP)
 	$(BIN)/python -m factoryctl.demo --data-dir $(DATA) example-factory
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 tests
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
