@@ -14,23 +14,29 @@ from api.context import RECONCILE, sessions
 from api.errors import Conflict, ResourceUnavailable
 from api.factories.routes import load_factory
 from api.http.paths import API_V1
+from store.models import Factory
+
+
+def request_reconcile(app: web.Application, factory: Factory) -> str | None:
+    """Wake the reconciler for ``factory`` (API and console); 409/503 when there is nothing to reconcile.
+    Returns the source it follows."""
+    if factory.managed_by != "definitions":
+        raise Conflict("this factory is managed through the API; there are no definitions to reconcile")
+    trigger = app[RECONCILE]
+    if trigger.force is None:
+        raise ResourceUnavailable(
+            "this server follows no definitions source (start it with --repo or --git)", retryable=False
+        )
+    trigger.force()
+    return trigger.source
 
 
 async def force_reconcile(request: web.Request) -> web.Response:
     who = await require(request, "admin")
     async with sessions(request)() as session:
         factory = await load_factory(session, who.team_id, request.match_info["uid"])
-    if factory.managed_by != "definitions":
-        raise Conflict("this factory is managed through the API; there are no definitions to reconcile")
-    trigger = request.app[RECONCILE]
-    if trigger.force is None:
-        raise ResourceUnavailable(
-            "this server follows no definitions source (start it with --repo or --git)", retryable=False
-        )
-    trigger.force()
-    return web.json_response(
-        {"factory_uid": factory.uid, "accepted": True, "source": trigger.source}, status=202
-    )
+    source = request_reconcile(request.app, factory)
+    return web.json_response({"factory_uid": factory.uid, "accepted": True, "source": source}, status=202)
 
 
 def setup(app: web.Application) -> None:

@@ -71,33 +71,39 @@ async def list_factories(request: web.Request) -> web.Response:
     )
 
 
+async def factory_detail(session: AsyncSession, team_id: str, uid: str, base_url: str) -> dict[str, Any]:
+    """The factory with its live webhooks, automations and last apply (``GET /factory/{uid}``, console)."""
+    row = await load_factory(session, team_id, uid)
+    hooks = (
+        await session.execute(
+            select(Webhook)
+            .where(and_(Webhook.factory_uid == uid, Webhook.deleted_at.is_(None)))
+            .order_by(Webhook.name)
+        )
+    ).scalars()
+    autos = (
+        await session.execute(
+            select(Automation).where(Automation.factory_uid == uid).order_by(Automation.name)
+        )
+    ).scalars()
+    last = (
+        await session.execute(
+            select(ApplyRecord)
+            .where(ApplyRecord.factory_uid == uid, ApplyRecord.team_id == team_id)
+            .order_by(ApplyRecord.started_at.desc(), ApplyRecord.id.desc())
+            .limit(1)
+        )
+    ).scalar_one_or_none()
+    return factory_detail_json(row, list(hooks), list(autos), last, base_url)
+
+
 async def get_factory(request: web.Request) -> web.Response:
     """``GET /factory/{uid}``: the factory with its live webhooks, automations and last apply."""
     who = await require(request, "member")
-    uid = request.match_info["uid"]
     async with sessions(request)() as session:
-        row = await load_factory(session, who.team_id, uid)
-        hooks = (
-            await session.execute(
-                select(Webhook)
-                .where(and_(Webhook.factory_uid == uid, Webhook.deleted_at.is_(None)))
-                .order_by(Webhook.name)
-            )
-        ).scalars()
-        autos = (
-            await session.execute(
-                select(Automation).where(Automation.factory_uid == uid).order_by(Automation.name)
-            )
-        ).scalars()
-        last = (
-            await session.execute(
-                select(ApplyRecord)
-                .where(ApplyRecord.factory_uid == uid, ApplyRecord.team_id == who.team_id)
-                .order_by(ApplyRecord.started_at.desc(), ApplyRecord.id.desc())
-                .limit(1)
-            )
-        ).scalar_one_or_none()
-        body = factory_detail_json(row, list(hooks), list(autos), last, request.app[SETTINGS].base_url)
+        body = await factory_detail(
+            session, who.team_id, request.match_info["uid"], request.app[SETTINGS].base_url
+        )
     return web.json_response(body)
 
 

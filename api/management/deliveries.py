@@ -114,6 +114,30 @@ def parse_payload(raw: bytes | None) -> object:
         return None
 
 
+async def read_log(
+    session: AsyncSession,
+    team_id: str,
+    wid: str,
+    limit: int,
+    *,
+    statuses: list[str] | None = None,
+    before: int | None = None,
+    payloads: bool = False,
+) -> tuple[list[Entry], dict[str, list[str]]]:
+    """A webhook's log newest first (API and console): ``limit`` entries before sequence ``before``, with
+    their payloads when asked, and the runs the entries that start runs started."""
+    stmt = select(*COLUMNS, *((Delivery.payload,) if payloads else ())).where(
+        Delivery.webhook_uid == wid, Delivery.team_id == team_id
+    )
+    if statuses:
+        stmt = stmt.where(Delivery.status.in_(statuses))
+    if before is not None:
+        stmt = stmt.where(Delivery.seq < before)
+    rows = [Entry(*r) for r in await session.execute(stmt.order_by(Delivery.seq.desc()).limit(limit))]
+    runs = await _run_ids(session, wid, {r.delivery_id for r in rows if r.status in WITH_RUNS})
+    return rows, runs
+
+
 async def list_deliveries(request: web.Request) -> web.Response:
     """``GET .../{wid}/deliveries`` (member): newest first; ``status`` (repeatable), ``limit``, ``cursor``."""
     who = await require(request, "member")
@@ -128,23 +152,18 @@ async def list_deliveries(request: web.Request) -> web.Response:
             )
     fail_on(errors)
     fp = fingerprint({"list": "deliveries", "webhook": wid, "status": statuses})
-    stmt = select(*COLUMNS).where(Delivery.webhook_uid == wid, Delivery.team_id == who.team_id)
-    if statuses:
-        stmt = stmt.where(Delivery.status.in_(statuses))
+    before: int | None = None
     after = page_after(request.query, fp)
     if after is not None:
         # A sequence number: ASCII digits only (str.isdigit also admits '²', which int() refuses) and
         # within a 64-bit column, so a forged cursor is a 400 and never reaches the database as an overflow.
         if not (after.row_id.isascii() and after.row_id.isdigit() and len(after.row_id) <= 18):
             raise InvalidCursor()
-        stmt = stmt.where(Delivery.seq < int(after.row_id))
+        before = int(after.row_id)
     async with sessions(request)() as session:
         await load_webhook(session, who.team_id, uid, wid)
-        fetched = [
-            Entry(*r) for r in await session.execute(stmt.order_by(Delivery.seq.desc()).limit(limit + 1))
-        ]
+        fetched, runs = await read_log(session, who.team_id, wid, limit + 1, statuses=statuses, before=before)
         rows, last = split_page(fetched, limit)
-        runs = await _run_ids(session, wid, {r.delivery_id for r in rows if r.status in WITH_RUNS})
     return web.json_response(
         {
             "deliveries": [delivery_json(r, runs.get(r.delivery_id, [])) for r in rows],
@@ -254,40 +273,48 @@ async def filter_test(request: web.Request) -> web.Response:
     fail_on(errors)
     uid, aid = request.match_info["uid"], request.match_info["aid"]
     async with sessions(request)() as session:
-        factory = await load_factory(session, who.team_id, uid)
-        automation = await session.get(Automation, aid)
-        if automation is None or automation.factory_uid != factory.uid or automation.team_id != who.team_id:
-            raise ResourceNotFound(f"automation {aid} does not exist in factory {uid}")
-        hooks = {
-            h.uid: h
-            for h in (
-                await session.execute(select(Webhook).where(Webhook.factory_uid == factory.uid))
-            ).scalars()
-        }
-        if webhook_uid is not None and webhook_uid not in hooks:
-            raise ResourceNotFound(f"webhook {webhook_uid} does not exist in factory {uid}")
-        routes = list(
-            (
-                await session.execute(
-                    select(AutomationWebhook)
-                    .where(AutomationWebhook.automation_uid == aid)
-                    .order_by(AutomationWebhook.trigger_index, AutomationWebhook.webhook_uid)
-                )
-            ).scalars()
-        )
-        candidates = [webhook_uid] if webhook_uid is not None else list(hooks)
-        entries = [
-            Entry(*r)
-            for r in await session.execute(
-                select(*COLUMNS, Delivery.payload)
-                .where(
-                    Delivery.team_id == who.team_id,
-                    Delivery.webhook_uid.in_(candidates),
-                    Delivery.delivery_id == delivery_id,
-                )
-                .order_by(Delivery.seq.desc())
+        result = await evaluate_filter(session, who.team_id, uid, aid, str(delivery_id), webhook_uid)
+    return web.json_response(result)
+
+
+async def evaluate_filter(
+    session: AsyncSession, team_id: str, uid: str, aid: str, delivery_id: str, webhook_uid: str | None = None
+) -> dict[str, Any]:
+    """The "Test filter" of automation ``aid`` against a stored delivery: the TestFilterResponse body (also
+    shown by the console's automation page). Raises ResourceNotFound, or Conflict for a delivery that
+    stores no payload to test."""
+    factory = await load_factory(session, team_id, uid)
+    automation = await session.get(Automation, aid)
+    if automation is None or automation.factory_uid != factory.uid or automation.team_id != team_id:
+        raise ResourceNotFound(f"automation {aid} does not exist in factory {uid}")
+    hooks = {
+        h.uid: h
+        for h in (await session.execute(select(Webhook).where(Webhook.factory_uid == factory.uid))).scalars()
+    }
+    if webhook_uid is not None and webhook_uid not in hooks:
+        raise ResourceNotFound(f"webhook {webhook_uid} does not exist in factory {uid}")
+    routes = list(
+        (
+            await session.execute(
+                select(AutomationWebhook)
+                .where(AutomationWebhook.automation_uid == aid)
+                .order_by(AutomationWebhook.trigger_index, AutomationWebhook.webhook_uid)
             )
-        ]
+        ).scalars()
+    )
+    candidates = [webhook_uid] if webhook_uid is not None else list(hooks)
+    entries = [
+        Entry(*r)
+        for r in await session.execute(
+            select(*COLUMNS, Delivery.payload)
+            .where(
+                Delivery.team_id == team_id,
+                Delivery.webhook_uid.in_(candidates),
+                Delivery.delivery_id == delivery_id,
+            )
+            .order_by(Delivery.seq.desc())
+        )
+    ]
     if not entries:
         raise ResourceNotFound(f"no webhook of factory {uid} has delivery {delivery_id!r} in its log")
     entry = _pick(entries, {r.webhook_uid for r in routes})
@@ -302,14 +329,12 @@ async def filter_test(request: web.Request) -> web.Response:
     webhook_check = _webhook_check(automation, hooks[entry.webhook_uid], routes, selecting)
     payload_check = _payload_check(selecting or routes, parse_payload(entry.payload))
     passed = webhook_check["passed"] and payload_check["passed"]
-    return web.json_response(
-        {
-            "result": WOULD_TRIGGER if passed else WOULD_NOT_TRIGGER,
-            "webhook_check": webhook_check,
-            "payload_check": payload_check,
-            "delivery": {k: v for k, v in delivery_json(entry, []).items() if k != "run_ids"},
-        }
-    )
+    return {
+        "result": WOULD_TRIGGER if passed else WOULD_NOT_TRIGGER,
+        "webhook_check": webhook_check,
+        "payload_check": payload_check,
+        "delivery": {k: v for k, v in delivery_json(entry, []).items() if k != "run_ids"},
+    }
 
 
 def setup(app: web.Application) -> None:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from typing import Any
 
 from aiohttp import web
 from sqlalchemy import Connection, Table, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.auth import require
-from api.context import CLOCK, sessions
+from api.context import CLOCK, SESSIONS
 from api.errors import Conflict, ResourceNotFound, ValidationFailed
 from api.factories.routes import load_factory
 from api.http.bodies import (
@@ -172,8 +173,16 @@ async def replay_delivery(request: web.Request) -> web.Response:
     only = optional_string(body, "automation_id", errors)
     fail_on(errors)
     uid, wid, delivery_id = (request.match_info[k] for k in ("uid", "wid", "delivery_id"))
-    now = request.app[CLOCK].now()
-    async with sessions(request)() as session, session.begin():
+    answer = await replay(request.app, who, uid, wid, delivery_id, only)
+    return web.json_response(answer, status=201)
+
+
+async def replay(
+    app: web.Application, who: Principal, uid: str, wid: str, delivery_id: str, only: str | None
+) -> dict[str, Any]:
+    """Replay an Accepted delivery (API and console): the new entry's identity and the runs it started."""
+    now = app[CLOCK].now()
+    async with app[SESSIONS]() as session, session.begin():
         hook = await _webhook(session, who.team_id, uid, wid)
         entry = await _original(session, who.team_id, wid, delivery_id)
         if only is not None:
@@ -195,8 +204,8 @@ async def replay_delivery(request: web.Request) -> web.Response:
         conn = await session.connection()
         runs, detail = await conn.run_sync(_replay_in, pending, entry, who, only, now)
     if runs:
-        wake_claimers(request.app)
-        notify_events(request.app)
+        wake_claimers(app)
+        notify_events(app)
     answer = {
         "delivery_id": identity,
         "replay_of": entry.delivery_id,
@@ -207,7 +216,7 @@ async def replay_delivery(request: web.Request) -> web.Response:
         "detail": detail,
         "runs": runs,
     }
-    return web.json_response(answer, status=201)
+    return answer
 
 
 def setup(app: web.Application) -> None:

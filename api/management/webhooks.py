@@ -20,6 +20,7 @@ deleting is a soft delete so the UID, and any automation selecting it, stay visi
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from aiohttp import web
@@ -46,6 +47,7 @@ from api.management.webhook_rules import (
     MAX_WEBHOOKS,
     SIGNATURE,
     URL_TOKEN,
+    NewWebhook,
     check_name,
     generated_secret,
     new_secret_value,
@@ -120,80 +122,85 @@ async def create_webhook(request: web.Request) -> web.Response:
     """``POST .../webhooks`` (admin): 201 with the webhook and, this once, its secret."""
     who = await require(request, "admin")
     spec = parse_create(await read_json_object(request, max_bytes=SMALL_BODY_BYTES))
-    clock, box = request.app[CLOCK], request.app[BOX]
-    factory_uid = request.match_info["uid"]
-    shown: str | None = None
     async with sessions(request)() as session, session.begin():
-        # A no-op write first: it serialises creates per factory, so the limit of 20 holds under races.
-        await session.execute(
-            update(Factory)
-            .where(Factory.uid == factory_uid, Factory.team_id == who.team_id)
-            .values(updated_at=Factory.updated_at)
-        )
-        factory = await load_factory(session, who.team_id, factory_uid)
-        if factory.managed_by == DEFINITIONS:
-            raise Conflict(
-                f"factory {factory.name!r} is managed through definition files: add webhooks/{spec.name}.yaml"
-                " to its repository instead (the repository is the source of truth)"
-            )
-        live = (
-            await session.execute(
-                select(Webhook.name).where(Webhook.factory_uid == factory.uid, Webhook.deleted_at.is_(None))
-            )
-        ).scalars()
-        names = set(live)
-        if spec.name in names:
-            raise Conflict(f"factory {factory.name!r} already has a webhook named {spec.name!r}")
-        if len(names) >= MAX_WEBHOOKS:
-            raise Conflict(f"factory {factory.name!r} already has {MAX_WEBHOOKS} webhooks, the maximum")
-        existing = await secret_store.get(session, who.team_id, spec.secret_name)
-        if existing is not None:
-            scope_problem = secret_store.webhook_problem(spec.secret_name, existing.scope)
-            if scope_problem:
-                raise ValidationFailed(scope_problem, errors=[field_error("secret_name", scope_problem)])
-            if spec.secret is not None:
-                raise ValidationFailed(
-                    f"secret_name {spec.secret_name!r} names an existing team secret, whose value is reused;"
-                    " omit secret, or choose a new secret_name",
-                    errors=[
-                        field_error("secret", "must be omitted when secret_name names an existing secret")
-                    ],
-                )
-            value, version = await secret_store.reveal(session, box, who.team_id, spec.secret_name)
-            problem = secret_problem(spec.auth_mode, spec.signature_scheme, value)
-            if problem:
-                message = f"existing secret {spec.secret_name!r} {problem}"
-                raise ValidationFailed(message, errors=[field_error("secret_name", message)])
-            captured: int | None = version
-        else:
-            shown = spec.secret or generated_secret(spec.auth_mode, spec.signature_scheme)
-            captured = None
-            if shown is not None:
-                info = await secret_store.create(
-                    session, box, clock, who.team_id, spec.secret_name, shown, scope=secret_store.WEBHOOK
-                )
-                captured = info.version
-        now = clock.now()
-        row = Webhook(
-            uid=ids.new_id(ids.WEBHOOK),
-            team_id=who.team_id,
-            factory_uid=factory.uid,
-            name=spec.name,
-            auth_mode=spec.auth_mode,
-            signature_scheme=spec.signature_scheme,
-            secret_name=spec.secret_name,
-            secret_version=captured,
-            delivery_id_header=spec.delivery_id_header,
-            enabled=True,
-            managed_by="api",
-            created_at=now,
-            updated_at=now,
-            deleted_at=None,
-        )
-        session.add(row)
-        await _flush(session, f"the webhook name {spec.name!r} or secret name {spec.secret_name!r}")
+        row, shown = await add_webhook(session, request.app, who.team_id, request.match_info["uid"], spec)
     view = webhook_view(row, request.app[SETTINGS].base_url)
     return web.json_response(with_secret(view, row, shown) if shown is not None else view, status=201)
+
+
+async def add_webhook(
+    session: AsyncSession, app: web.Application, team_id: str, factory_uid: str, spec: NewWebhook
+) -> tuple[Webhook, str | None]:
+    """Create ``spec`` on an API-managed factory (API and console): the row and the secret to show once."""
+    clock, box = app[CLOCK], app[BOX]
+    shown: str | None = None
+    # A no-op write first: it serialises creates per factory, so the limit of 20 holds under races.
+    await session.execute(
+        update(Factory)
+        .where(Factory.uid == factory_uid, Factory.team_id == team_id)
+        .values(updated_at=Factory.updated_at)
+    )
+    factory = await load_factory(session, team_id, factory_uid)
+    if factory.managed_by == DEFINITIONS:
+        raise Conflict(
+            f"factory {factory.name!r} is managed through definition files: add webhooks/{spec.name}.yaml"
+            " to its repository instead (the repository is the source of truth)"
+        )
+    live = (
+        await session.execute(
+            select(Webhook.name).where(Webhook.factory_uid == factory.uid, Webhook.deleted_at.is_(None))
+        )
+    ).scalars()
+    names = set(live)
+    if spec.name in names:
+        raise Conflict(f"factory {factory.name!r} already has a webhook named {spec.name!r}")
+    if len(names) >= MAX_WEBHOOKS:
+        raise Conflict(f"factory {factory.name!r} already has {MAX_WEBHOOKS} webhooks, the maximum")
+    existing = await secret_store.get(session, team_id, spec.secret_name)
+    if existing is not None:
+        scope_problem = secret_store.webhook_problem(spec.secret_name, existing.scope)
+        if scope_problem:
+            raise ValidationFailed(scope_problem, errors=[field_error("secret_name", scope_problem)])
+        if spec.secret is not None:
+            raise ValidationFailed(
+                f"secret_name {spec.secret_name!r} names an existing team secret, whose value is reused;"
+                " omit secret, or choose a new secret_name",
+                errors=[field_error("secret", "must be omitted when secret_name names an existing secret")],
+            )
+        value, version = await secret_store.reveal(session, box, team_id, spec.secret_name)
+        problem = secret_problem(spec.auth_mode, spec.signature_scheme, value)
+        if problem:
+            message = f"existing secret {spec.secret_name!r} {problem}"
+            raise ValidationFailed(message, errors=[field_error("secret_name", message)])
+        captured: int | None = version
+    else:
+        shown = spec.secret or generated_secret(spec.auth_mode, spec.signature_scheme)
+        captured = None
+        if shown is not None:
+            info = await secret_store.create(
+                session, box, clock, team_id, spec.secret_name, shown, scope=secret_store.WEBHOOK
+            )
+            captured = info.version
+    now = clock.now()
+    row = Webhook(
+        uid=ids.new_id(ids.WEBHOOK),
+        team_id=team_id,
+        factory_uid=factory.uid,
+        name=spec.name,
+        auth_mode=spec.auth_mode,
+        signature_scheme=spec.signature_scheme,
+        secret_name=spec.secret_name,
+        secret_version=captured,
+        delivery_id_header=spec.delivery_id_header,
+        enabled=True,
+        managed_by="api",
+        created_at=now,
+        updated_at=now,
+        deleted_at=None,
+    )
+    session.add(row)
+    await _flush(session, f"the webhook name {spec.name!r} or secret name {spec.secret_name!r}")
+    return row, shown
 
 
 async def list_webhooks(request: web.Request) -> web.Response:
@@ -258,17 +265,48 @@ async def patch_webhook(request: web.Request) -> web.Response:
                 raise Conflict(f"factory {factory.name!r} already has a webhook named {name!r}")
             row.name, changed = name, True
         if isinstance(enabled, bool) and enabled != row.enabled:
-            row.enabled, changed = enabled, True
-            if enabled and row.secret_name is not None:
-                # Re-enabling re-applies the webhook: it captures its secret's current version
-                # (docs/reconcile.md, "Secret rotation").
-                secret = await secret_store.get(session, who.team_id, row.secret_name)
-                if secret is not None:
-                    row.secret_version = secret.current_version
+            await set_enabled(session, row, enabled)
+            changed = True
         if changed:
             row.updated_at = clock.now()
             await _flush(session, f"the webhook name {row.name!r}")
     return web.json_response(webhook_view(row, request.app[SETTINGS].base_url))
+
+
+async def set_enabled(session: AsyncSession, row: Webhook, enabled: bool) -> None:
+    """Enable or disable ``row`` (API and console; the caller stamps ``updated_at``)."""
+    row.enabled = enabled
+    if enabled and row.secret_name is not None:
+        # Re-enabling re-applies the webhook: it captures its secret's current version
+        # (docs/reconcile.md, "Secret rotation").
+        secret = await secret_store.get(session, row.team_id, row.secret_name)
+        if secret is not None:
+            row.secret_version = secret.current_version
+
+
+async def rotate(
+    session: AsyncSession, app: web.Application, factory: Factory, row: Webhook, given: str | None
+) -> tuple[str, bool]:
+    """A new secret for ``row`` (API and console): the value to show once, and whether it waits for the
+    definition's next apply."""
+    clock, box = app[CLOCK], app[BOX]
+    value = new_secret_value(row.auth_mode, row.signature_scheme, given)
+    name = row.secret_name or suggested_secret_name(row.name)
+    info = await _store_webhook_secret(session, box, clock, row.team_id, name, value)
+    deferred = factory.managed_by == DEFINITIONS and row.secret_version is not None
+    if not deferred:
+        row.secret_name, row.secret_version, row.updated_at = name, info.version, clock.now()
+    return value, deferred
+
+
+def remove(factory: Factory, row: Webhook, now: dt.datetime) -> None:
+    """Soft-delete ``row`` (API and console); 409 on a definitions-managed factory."""
+    if factory.managed_by == DEFINITIONS:
+        raise Conflict(
+            f"factory {factory.name!r} is managed through definition files: remove"
+            f" {row.definition_path or 'the webhook file'} from its repository (or disable the webhook)"
+        )
+    row.deleted_at = row.updated_at = now
 
 
 async def rotate_secret(request: web.Request) -> web.Response:
@@ -278,17 +316,11 @@ async def rotate_secret(request: web.Request) -> web.Response:
     errors = unknown_fields(body, {"secret"})
     given = optional_string(body, "secret", errors)
     fail_on(errors)
-    clock, box = request.app[CLOCK], request.app[BOX]
     async with sessions(request)() as session, session.begin():
         factory, row = await load_webhook(
             session, who.team_id, request.match_info["uid"], request.match_info["wid"]
         )
-        value = new_secret_value(row.auth_mode, row.signature_scheme, given)
-        name = row.secret_name or suggested_secret_name(row.name)
-        info = await _store_webhook_secret(session, box, clock, who.team_id, name, value)
-        deferred = factory.managed_by == DEFINITIONS and row.secret_version is not None
-        if not deferred:
-            row.secret_name, row.secret_version, row.updated_at = name, info.version, clock.now()
+        value, deferred = await rotate(session, request.app, factory, row, given)
     view = with_secret(webhook_view(row, request.app[SETTINGS].base_url), row, value)
     view["applies_on_next_apply"] = deferred
     return web.json_response(view)
@@ -328,12 +360,7 @@ async def delete_webhook(request: web.Request) -> web.Response:
         factory, row = await load_webhook(
             session, who.team_id, request.match_info["uid"], request.match_info["wid"]
         )
-        if factory.managed_by == DEFINITIONS:
-            raise Conflict(
-                f"factory {factory.name!r} is managed through definition files: remove"
-                f" {row.definition_path or 'the webhook file'} from its repository (or disable the webhook)"
-            )
-        row.deleted_at = row.updated_at = clock.now()
+        remove(factory, row, clock.now())
     return web.Response(status=204)
 
 
