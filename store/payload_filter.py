@@ -232,6 +232,12 @@ def compile(filter: Mapping[str, object] | None) -> CompiledFilter:
     return CompiledFilter(checks)
 
 
+def conditions(filter: Mapping[str, object] | None) -> list[tuple[str, str, object]]:
+    """The conditions of a valid filter in check order, as ``(path, op, operand)`` (``op``: ``eq``, ``in``,
+    ``not_in``, ``exists`` or ``object``), for showing a filter to people; raises :class:`InvalidFilter`."""
+    return [(format_path(c.path), c.op, c.operand) for c in compile(filter)._checks]
+
+
 def _flatten(obj: Mapping[str, object], path: tuple[str, ...], out: list[_Check]) -> None:
     for key, value in obj.items():
         here = (*path, key)
@@ -501,5 +507,6 @@ __all__ = [
     "InvalidFilter",
     "check",
     "compile",
+    "conditions",
     "format_path",
 ]

@@ -70,17 +70,24 @@ async def _follow(app: web.Application, writer: SseWriter, run_id: str, after: i
         await writer.pause(wake)
 
 
-async def run_events(request: web.Request) -> web.StreamResponse:
-    who = await require(request, "member")
+async def stream_run(request: web.Request, team_id: str, key_id: str) -> web.StreamResponse:
+    """The event stream of the request's ``{run_id}`` for a caller already authenticated as a member of
+    ``team_id``, counted against ``key_id``'s stream cap: the API (:func:`run_events`) and the console
+    (``/console/runs/{run_id}/events``, a session's key) differ only in how they authenticate."""
     run_id = request.match_info["run_id"]
     after = _after(request)
     async with request.app[SESSIONS]() as session:
-        await runs.get_run(session, who.team_id, run_id)  # 404 for a missing or another team's run
+        await runs.get_run(session, team_id, run_id)  # 404 for a missing or another team's run
 
     async def follow(writer: SseWriter) -> None:
         await _follow(request.app, writer, run_id, after)
 
-    return await serve_sse(request, who.key_id, follow, run_id)
+    return await serve_sse(request, key_id, follow, run_id)
+
+
+async def run_events(request: web.Request) -> web.StreamResponse:
+    who = await require(request, "member")
+    return await stream_run(request, who.team_id, who.key_id)
 
 
 def setup(app: web.Application) -> None:
@@ -89,4 +96,4 @@ def setup(app: web.Application) -> None:
     app.router.add_get(API_V1 + "/agent/events", team_stream.team_events)
 
 
-__all__ = ["EVENT_HUB", "EventHub", "StreamSettings", "notify_events", "run_events", "setup"]
+__all__ = ["EVENT_HUB", "EventHub", "StreamSettings", "notify_events", "run_events", "setup", "stream_run"]
