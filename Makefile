@@ -46,6 +46,11 @@ fuzz: $(STAMP)
 	FACTORY_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FACTORY_FUZZ_SEED=$(FUZZ_SEED) \
 		$(BIN)/python -m pytest -q -p no:cacheprovider -rP tests/integration/api/test_fuzz_api.py
 
+# PNGs of every console page (docs/console/), from a seeded demo server driven by Chromium.
+.PHONY: screenshots
+screenshots: $(STAMP)
+	$(BIN)/python tools/screenshots.py --out docs/console
+
 bench: $(STAMP)
 	$(BIN)/python -m bench
 

@@ -1,8 +1,9 @@
 """The console's request rules (docs/console.md, "Security"): headers, cross-site refusal, CSRF, sign-in.
 
 - Every console response carries a strict Content-Security-Policy (scripts, styles and images only from
-  this server; no inline script; no framing), ``X-Frame-Options: DENY``, ``nosniff``, ``no-referrer`` and
-  ``Cache-Control: no-store`` (a secret shown once must not come back from a cache or the history).
+  this server; no inline script; no framing), ``X-Frame-Options: DENY``, ``nosniff``,
+  ``Referrer-Policy: same-origin`` and ``Cache-Control: no-store`` (a secret shown once must not come back
+  from a cache or the history).
 - A state-changing request (anything but GET/HEAD) is refused with 403 when the browser says it is
   cross-site (``Sec-Fetch-Site``) or its ``Origin`` is not this server, and when its form's ``csrf_token``
   is not the session's (constant-time comparison). Session cookies are also ``SameSite=Strict``.
@@ -29,7 +30,9 @@ HEADERS: Final = {
     "Content-Security-Policy": CSP,
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # not ``no-referrer``: under it Chromium sends ``Origin: null`` with the console's own form posts, which
+    # the cross-site check must refuse; ``same-origin`` still sends no referrer to any other site.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 USER = web.RequestKey("console_user", ConsoleUser)

@@ -1,0 +1,139 @@
+"""``make screenshots``: PNGs of every console page (docs/console.md), from a seeded demo server.
+
+Starts ``python -m factoryctl.demo`` (the example factory, its secrets and one apply, on SQLite in a
+temporary data directory) on a free port, signs in with its admin key in Chromium (Playwright, the system
+browser at ``/usr/bin/chromium``), follows the console's own links to find the pages that exist (a factory,
+its webhooks and automations, runs) and saves one PNG per page into ``--out`` (default ``docs/console``),
+plus the secrets and keys pages showing a value once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from playwright.sync_api import Page, sync_playwright
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("FACTORY_TEST_CHROMIUM", "/usr/bin/chromium")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the demo server exited:\n{log.read_text()}")
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"the demo server did not answer within {timeout}s:\n{log.read_text()}")
+
+
+def shoot(page: Page, out: Path, name: str) -> None:
+    path = out / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
+def first_link(page: Page, selector: str) -> str | None:
+    link = page.locator(selector).first
+    return link.get_attribute("href") if link.count() else None
+
+
+def capture(url: str, key: str, out: Path) -> None:
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox"] if os.geteuid() == 0 else []
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(url + "/console/login")
+        shoot(page, out, "login")
+        page.fill("#api_key", key)
+        page.click("button[type=submit]")
+        page.wait_for_url("**/console/factories")
+        shoot(page, out, "factories")
+        pages: list[tuple[str, str]] = []
+        factory = first_link(page, "table.grid a[href^='/console/factories/']")
+        if factory:
+            page.goto(url + factory)
+            pages.append(("factory", factory))
+            webhook = first_link(page, "a[href*='/webhooks/']")
+            automation = first_link(page, "a[href*='/automations/']")
+            pages += [(n, h) for n, h in (("webhook", webhook), ("automation", automation)) if h]
+        pages.append(("runs", "/console/runs"))
+        for name, href in pages:
+            response = page.goto(url + href)
+            if response is not None and response.status == 200:
+                shoot(page, out, name)
+            if name == "runs":
+                run = first_link(page, "a[href^='/console/runs/']")
+                if run and page.goto(url + run) is not None:
+                    shoot(page, out, "run")
+        page.goto(url + "/console/secrets")
+        shoot(page, out, "secrets")
+        page.fill("#secret-name", "screenshot-demo")
+        page.check("#secret-generate")
+        page.click("#secret-form button[type=submit]")
+        shoot(page, out, "secrets-shown-once")
+        page.goto(url + "/console/keys")
+        page.fill("#key-name", "ci-bot")
+        page.select_option("#key-role", "member")
+        page.click("#key-form button[type=submit]")
+        shoot(page, out, "keys-shown-once")
+        page.goto(url + "/console/keys")
+        shoot(page, out, "keys")
+        browser.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="screenshots")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "console")
+    parser.add_argument("--example", type=Path, default=ROOT / "example-factory")
+    args = parser.parse_args(argv)
+    if not Path(CHROMIUM).exists():
+        raise SystemExit(f"Chromium is not installed at {CHROMIUM} (apt-get install -y chromium)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="factoryctl-screenshots-") as tmp:
+        data, log = Path(tmp) / "data", Path(tmp) / "demo.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
+        with log.open("ab") as sink:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "factoryctl.demo", "--data-dir", str(data), "--port", str(port),
+                 str(args.example)],
+                stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                start_new_session=True,
+            )  # fmt: skip
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_healthy(url, proc, log)
+            capture(url, (data / "admin.key").read_text().strip(), args.out)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
