@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     print("\nlist the runs it started (they complete through the echo harness):")
     print(f'  curl -sS {base}/api/v1/agent/runs -H "Authorization: Bearer $(cat {key_file})"')
+    print(f"\nopen the web console: {base}/console/")
+    print(f"  sign in with the admin API key: cat {key_file}")
     print("\nCtrl-C stops the server.\n", flush=True)
     # The real `serve` parser supplies every default, so the demo cannot drift from the command.
     parsed = build_parser().parse_args(["serve", "--repo", str(example), "--port", str(args.port)])
