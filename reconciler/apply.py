@@ -31,8 +31,8 @@ rotation").
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -63,6 +63,14 @@ from store.models import (
 )
 
 MANAGED_BY = "definitions"
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_S = TypeVar("_S", bound=_Named)
 
 
 # Columns compared with each spec's ``fields()`` (same names). Reads are plain column tuples, not ORM
@@ -236,6 +244,25 @@ class _Writer:
         )
         return uid
 
+    async def _sync(
+        self,
+        model: Any,
+        change: Change,
+        prefix: str,
+        spec: _S | None,
+        values: Callable[[_S], dict[str, Any]],
+        **create: Any,
+    ) -> None:
+        """One change of a kind whose stored row is simply deleted or written (environments, schedules,
+        notifications): a delete or replace removes the stored row (what hangs off it goes by ``ON DELETE
+        CASCADE``), then a create, replace or update writes ``values(spec)`` (:meth:`_write`)."""
+        if change.action in ("delete", "replace"):
+            uid = change.uid if change.action == "delete" else change.old_uid
+            await self.session.execute(delete(model).where(model.uid == uid))
+        if spec is None or change.action == "delete":
+            return
+        await self._write(model, change, change.kind, prefix, spec.name, values(spec), **create)
+
     async def webhook(self, change: Change, spec: WebhookSpec | None) -> None:
         if change.action in ("delete", "replace"):
             uid = change.uid if change.action == "delete" else change.old_uid
@@ -257,32 +284,22 @@ class _Writer:
         )
 
     async def environment(self, change: Change, spec: EnvironmentSpec | None) -> None:
-        if change.action in ("delete", "replace"):
-            uid = change.uid if change.action == "delete" else change.old_uid
-            await self.session.execute(delete(Environment).where(Environment.uid == uid))
-        if spec is None or change.action == "delete":
-            return
-        values: dict[str, Any] = {
-            "spec": spec.spec,
-            "definition_path": spec.path,
-            "spec_digest": digest(spec.fields()),
-            "updated_at": self.now,
-        }
-        await self._write(
-            Environment, change, "environment", ids.ENVIRONMENT, spec.name, values, managed_by=MANAGED_BY
-        )
+        def values(spec: EnvironmentSpec) -> dict[str, Any]:
+            return {
+                "spec": spec.spec,
+                "definition_path": spec.path,
+                "spec_digest": digest(spec.fields()),
+                "updated_at": self.now,
+            }
+
+        await self._sync(Environment, change, ids.ENVIRONMENT, spec, values, managed_by=MANAGED_BY)
 
     async def schedule(self, change: Change, spec: ScheduleSpec | None) -> None:
-        if change.action in ("delete", "replace"):
-            uid = change.uid if change.action == "delete" else change.old_uid
-            # Its fires (schedule_fires) go with it: ON DELETE CASCADE.
-            await self.session.execute(delete(Schedule).where(Schedule.uid == uid))
-        if spec is None or change.action == "delete":
-            return
-        values = schedules.values(spec, change, self.now)
-        await self._write(
-            Schedule, change, "schedule", ids.SCHEDULE, spec.name, values, managed_by=MANAGED_BY
-        )
+        # A deleted schedule's fires (schedule_fires) go with it: ON DELETE CASCADE.
+        def values(spec: ScheduleSpec) -> dict[str, Any]:
+            return schedules.values(spec, change, self.now)
+
+        await self._sync(Schedule, change, ids.SCHEDULE, spec, values, managed_by=MANAGED_BY)
 
     async def notification(self, change: Change, spec: NotificationSpec | None) -> None:
         if change.action in ("delete", "replace"):
@@ -375,22 +392,18 @@ async def apply_plan(
         if source is not None:
             factory.source = source
     writer = _Writer(session, team_id, factory, state, now)
-    webhooks: Mapping[str, WebhookSpec] = {w.name: w for w in definition.webhooks}
-    environments: Mapping[str, EnvironmentSpec] = {e.name: e for e in definition.environments}
-    automations: Mapping[str, AutomationSpec] = {a.name: a for a in definition.automations}
-    schedule_specs: Mapping[str, ScheduleSpec] = {s.name: s for s in definition.schedules}
-    notification_specs: Mapping[str, NotificationSpec] = {n.name: n for n in definition.notifications}
+    # kind -> (its writer, its specs by name); the factory's own change was written above.
+    kinds: dict[str, tuple[Callable[[Change, Any], Awaitable[None]], Mapping[str, Any]]] = {
+        "webhook": (writer.webhook, {w.name: w for w in definition.webhooks}),
+        "environment": (writer.environment, {e.name: e for e in definition.environments}),
+        "automation": (writer.automation, {a.name: a for a in definition.automations}),
+        "schedule": (writer.schedule, {s.name: s for s in definition.schedules}),
+        "notification": (writer.notification, {n.name: n for n in definition.notifications}),
+    }
     for change in plan.changes:
-        if change.kind == "webhook":
-            await writer.webhook(change, webhooks.get(change.name))
-        elif change.kind == "environment":
-            await writer.environment(change, environments.get(change.name))
-        elif change.kind == "automation":
-            await writer.automation(change, automations.get(change.name))
-        elif change.kind == "schedule":
-            await writer.schedule(change, schedule_specs.get(change.name))
-        elif change.kind == "notification":
-            await writer.notification(change, notification_specs.get(change.name))
+        if change.kind in kinds:
+            write, specs = kinds[change.kind]
+            await write(change, specs.get(change.name))
     if plan.has_changes:
         factory.updated_at = now
     if writer.routing:  # after their automations exist (foreign key)

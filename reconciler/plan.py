@@ -71,17 +71,10 @@ class StoreState:
     taken_environments: Mapping[str, str] = field(default_factory=dict)  # env name -> owner, other factories
 
     def objects(self, kind: Kind) -> Mapping[str, StoredObject]:
-        if kind == "webhook":
-            return self.webhooks
-        if kind == "automation":
-            return self.automations
-        if kind == "environment":
-            return self.environments
-        if kind == "schedule":
-            return self.schedules
-        if kind == "notification":
-            return self.notifications
-        return {self.factory.name: self.factory} if self.factory else {}
+        if kind == "factory":
+            return {self.factory.name: self.factory} if self.factory else {}
+        stored: Mapping[str, StoredObject] = getattr(self, f"{kind}s")  # the field named for the kind
+        return stored
 
 
 @dataclass(frozen=True)

@@ -21,16 +21,16 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, select, update
+from sqlalchemy import ColumnElement, Row, Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.errors import ApiError, Conflict
 from api.runs.config import automation_config, resolve_config
 from api.runs.prepare import finalize_config, resolve_skill
-from api.runs.records import Creator, build_run_row
+from api.runs.records import Creator, create_run
 from api.runs.skills import SkillResolver, SkillUnavailable
-from store.clock import rfc3339
+from store.clock import ManualClock, rfc3339
 from store.cron import CronError, latest_fire, next_fire, parse, zone
 from store.models import Automation, Factory, Run, Schedule, ScheduleFire
 
@@ -82,25 +82,22 @@ async def start_run(
         "cron_schedule": schedule.cron,
         "fire_time": rfc3339(fire_time),  # stored for audit; the wire shows the first three
     }
-    run = Run(
-        **build_run_row(
-            now,
-            team_id=schedule.team_id,
-            prompt=prompt,
-            title=title,
-            agent_config=config,
-            source=SOURCE,
-            creator=creator or default_creator(schedule),
-            metadata=dict(schedule.run_metadata or {}),
-            factory_uid=factory_uid,
-            automation_id=automation_id,
-            schedule_id=schedule.uid,
-            schedule=snapshot,
-        )
+    return await create_run(
+        session,
+        ManualClock(now),  # the run is created at the caller's ``now`` (a fire's, or the request's)
+        team_id=schedule.team_id,
+        prompt=prompt,
+        title=title,
+        agent_config=config,
+        source=SOURCE,
+        creator=creator or default_creator(schedule),
+        metadata=dict(schedule.run_metadata or {}),
+        attachments=(),
+        factory_uid=factory_uid,
+        automation_id=automation_id,
+        schedule_id=schedule.uid,
+        schedule=snapshot,
     )
-    session.add(run)
-    await session.flush()
-    return run
 
 
 async def _automation(
@@ -136,6 +133,26 @@ class Due:
     cron: str
     timezone: str
     next_fire_at: dt.datetime
+    team_id: str
+    skill_spec: str | None  # a prompt schedule's skill, fetched before the fire (:func:`_warm_skill`)
+
+    @classmethod
+    def of(cls, row: Row[Any]) -> Due:
+        """A row of :data:`DUE_COLUMNS`; the skill is kept for prompt schedules only."""
+        spec = None if row.automation else (row.agent_config or {}).get("skill_spec")
+        skill = spec if isinstance(spec, str) and spec else None
+        return cls(row.uid, row.cron, row.timezone, row.next_fire_at, row.team_id, skill)
+
+
+DUE_COLUMNS = (
+    Schedule.uid,
+    Schedule.cron,
+    Schedule.timezone,
+    Schedule.next_fire_at,
+    Schedule.team_id,
+    Schedule.automation,
+    Schedule.agent_config,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +183,7 @@ async def fire(
         return None
     fire_time = latest_fire(cron, tz, now, after=due.next_fire_at - _JUST_BEFORE)
     next_at = next_fire(cron, tz, now)
-    await _warm_skill(sessions, due.uid, resolver)
+    await _warm_skill(sessions, due, resolver)
     try:
         async with sessions() as session, session.begin():
             if fire_time is None or not await _insert_fire(session, due.uid, fire_time, now):
@@ -201,19 +218,15 @@ async def fire(
     return Fired(due.uid, fire_time, run_id, error)
 
 
-async def _warm_skill(sessions: async_sessionmaker[AsyncSession], uid: str, resolver: SkillResolver) -> None:
+async def _warm_skill(sessions: async_sessionmaker[AsyncSession], due: Due, resolver: SkillResolver) -> None:
     """Fetch a prompt schedule's skill before the fire transaction, so git never runs while the fire
     holds its locks (on SQLite, the database's one write lock); the fire then reads the fresh checkout.
-    A skill that cannot be fetched is reported by the fire itself."""
+    A skill that cannot be fetched is reported by the fire itself. No skill: no session, no query."""
+    if due.skill_spec is None:
+        return
     async with sessions() as session:
-        stmt = select(Schedule.team_id, Schedule.automation, Schedule.agent_config).where(Schedule.uid == uid)
-        row = (await session.execute(stmt)).first()
-        if row is None or row.automation:
-            return
-        spec = (row.agent_config or {}).get("skill_spec")
-        if isinstance(spec, str) and spec:
-            with contextlib.suppress(SkillUnavailable):
-                await resolve_skill(session, resolver, row.team_id, spec)
+        with contextlib.suppress(SkillUnavailable):
+            await resolve_skill(session, resolver, due.team_id, due.skill_spec)
 
 
 def _unchanged(due: Due) -> tuple[ColumnElement[bool], ...]:

@@ -27,7 +27,7 @@ from api.runs.claim_signal import wake_claimers
 from api.runs.prepare import SKILLS
 from api.runs.skills import SkillResolver
 from api.runs.stream import notify_events
-from api.schedules.firing import Due, Fired, fire
+from api.schedules.firing import DUE_COLUMNS, Due, Fired, fire
 from store.clock import Clock
 from store.models import Schedule
 
@@ -57,13 +57,13 @@ async def fire_due(
     """
     now = clock.now()
     stmt = (
-        select(Schedule.uid, Schedule.cron, Schedule.timezone, Schedule.next_fire_at)
+        select(*DUE_COLUMNS)
         .where(Schedule.enabled.is_(True), Schedule.next_fire_at <= now)
         .order_by(Schedule.next_fire_at, Schedule.uid)
         .limit(limit)
     )
     async with sessions() as session:
-        due = [Due(uid, cron, tz, at) for uid, cron, tz, at in (await session.execute(stmt)).all() if at]
+        due = [Due.of(row) for row in (await session.execute(stmt)).all() if row.next_fire_at]
     fired: list[Fired] = []
     for item in due:
         try:

@@ -17,7 +17,7 @@ from api.runs.skills import SkillResolver
 from api.schedules.firing import Fired
 from api.schedules.scheduler import fire_due
 from store.clock import ManualClock
-from store.models import Automation, Run, Schedule, ScheduleFire
+from store.models import Automation, Run, RunEvent, Schedule, ScheduleFire
 
 UTC = dt.UTC
 START = dt.datetime(2026, 3, 2, 8, 0, tzinfo=UTC)  # a Monday
@@ -140,6 +140,30 @@ async def test_a_due_schedule_fires_once_and_the_run_carries_the_schedule(
     }
     assert item["metadata"] == {"team": "ops"}
     assert item["agent_config"] == {"name": "digest", "model_id": "m-1", "worker_host": "host-a"}
+
+
+async def test_a_fired_run_starts_its_event_log_with_queued_like_every_created_run(
+    team_id: str, sessions: Any, clock: ManualClock, resolver: SkillResolver
+) -> None:
+    """docs/events.md, "What is recorded": run creation writes its ``state`` QUEUED event, fires too."""
+    await add_schedule(sessions, clock, team_id, "evented", "0 9 * * *", prompt="Go")
+    at(clock, dt.datetime(2026, 3, 2, 9, 0, 1, tzinfo=UTC))
+    [fired] = await tick(sessions, clock, resolver)
+    async with sessions() as s:
+        stmt = select(RunEvent.kind, RunEvent.data).where(RunEvent.run_id == fired.run_id)
+        events = [tuple(row) for row in (await s.execute(stmt)).all()]
+    assert events == [
+        (
+            "state",
+            {
+                "state": "QUEUED",
+                "previous_state": None,
+                "status_message": None,
+                "error_code": None,
+                "cancel_requested": False,
+            },
+        )
+    ]
 
 
 async def test_an_automation_schedule_runs_the_automation_as_a_webhook_delivery_would(
