@@ -83,9 +83,12 @@ def _secret(body: dict[str, Any], errors: list[dict[str, Any]]) -> tuple[str, st
     return field, value
 
 
-def _rules(body: dict[str, Any], errors: list[dict[str, Any]]) -> tuple[Any, Any]:
-    """Canonical ``events`` and ``filter`` of those given (None for an absent one)."""
-    events = flt = None
+def _rules(
+    body: dict[str, Any], errors: list[dict[str, Any]]
+) -> tuple[list[str] | None, dict[str, list[str]] | None]:
+    """Canonical ``events`` and ``filter`` of those given (None for an absent or refused one)."""
+    events: list[str] | None = None
+    flt: dict[str, list[str]] | None = None
     if "events" in body:
         try:
             events = canonical_events(body["events"])

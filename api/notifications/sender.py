@@ -258,7 +258,8 @@ async def _update_endpoint(
     failures: int,
     now: dt.datetime,
 ) -> None:
-    """``failing`` once ``failing_after`` attempts in a row failed; a success clears it."""
+    """``failing`` once ``failing_after`` attempts in a row failed; a success clears it. Every entry of
+    :func:`_health` has a result behind it (a reset, or at least one failure), so each is written."""
     e = NotificationEndpoint
     count: Any = failures if reset else e.consecutive_failures + failures
     values: dict[str, Any] = {"consecutive_failures": count, "failing": count >= settings.failing_after}
@@ -269,8 +270,7 @@ async def _update_endpoint(
         values["failing_since"] = case(
             (e.failing_since.is_(None) & (count >= settings.failing_after), now), else_=e.failing_since
         )
-    if failures or reset:
-        await session.execute(update(e).where(e.uid == uid).values(**values))
+    await session.execute(update(e).where(e.uid == uid).values(**values))
 
 
 class Sender:

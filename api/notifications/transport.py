@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
-from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -71,25 +70,10 @@ class GuardedResolver(AbstractResolver):
         await self._inner.close()
 
 
-def _literal_refusal(url: str) -> str | None:
-    """Literal addresses bypass the resolver, so they are judged here (again: they were at write time)."""
-    refusal = urlpolicy.url_refusal(url)
-    if refusal is not None:
-        return refusal
-    host = urlsplit(url).hostname or ""
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    return urlpolicy.address_refusal(ip)
-
-
 class GuardedTransport:
     """The real transport; an async context manager owning one connection pool."""
 
-    def __init__(
-        self, settings: NotificationSettings, *, user_agent: str = "factoryctl-notifications"
-    ) -> None:
+    def __init__(self, settings: NotificationSettings, *, user_agent: str = USER_AGENT) -> None:
         self._settings = settings
         self._user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
@@ -121,7 +105,8 @@ class GuardedTransport:
         def elapsed() -> int:
             return int((time.perf_counter() - started) * 1000)
 
-        refusal = _literal_refusal(url)
+        # again, as when it was written; literal addresses bypass the resolver and are judged here
+        refusal = urlpolicy.url_refusal(url)
         if refusal is not None:
             return Outcome(REFUSED, elapsed(), error=refusal)
         sent = {"Content-Type": "application/json", "User-Agent": self._user_agent, **headers}

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +29,6 @@ from factoryctl.commands._output import fields, table
 if TYPE_CHECKING:  # the client (httpx) is imported when a verb runs, not for --help
     from factoryctl.client import FactoryClient, NotificationEndpoint, NotificationMessage
 
-_FACTORY_ID = re.compile(r"fa_[0-9a-z]{26}")  # store.ids.FACTORY; the parser does not import the store
 STATUSES = ("pending", "delivered", "failed")
 MESSAGE_HEADERS = (
     "MESSAGE ID",
@@ -144,10 +142,14 @@ def message_row(m: NotificationMessage) -> list[str]:
 
 
 def factory_uid(client: FactoryClient, ref: str) -> str:
-    """The factory ID ``ref`` stands for (see the module docstring)."""
-    if _FACTORY_ID.fullmatch(ref):
+    """The factory ID ``ref`` stands for (see the module docstring): ``events``' lookup, except that a
+    name no factory has is sent as is."""
+    from factoryctl.commands.events import resolve_factory
+
+    try:
+        return resolve_factory(client, ref)
+    except UsageError:
         return ref
-    return next((f.uid for f in client.factories.iter(search=ref, limit=100) if f.name == ref), ref)
 
 
 def endpoint_of(client: FactoryClient, factory: str, args: argparse.Namespace) -> str | None:

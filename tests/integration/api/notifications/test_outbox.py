@@ -15,6 +15,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.notifications import fanout, sender
+from api.notifications.sender import Sender
 from api.notifications.transport import DestinationRefused, GuardedResolver
 from api.runs import records
 from store import WriteRefused
@@ -24,9 +25,31 @@ from store.models import NotificationAttempt, NotificationEndpoint, Notification
 from .conftest import SETTINGS, MakeSender, Receiver, Team, readable, settle
 
 
+async def started(make_sender: MakeSender) -> Sender:
+    """A sender that has taken its first turn: that fan-out starts its cursor at the newest event, so
+    history is never sent and what a test does next is."""
+    s = await make_sender()
+    await s.step()
+    return s
+
+
 async def cancel(team: Team, run_id: str) -> None:
     async with team.sessions() as s, s.begin():
         await records.cancel_run(s, team.clock, team.team_id, run_id)
+
+
+async def cancel_a_run(team: Team) -> str:
+    """A new run of the team's factory, cancelled: two state changes (QUEUED, then CANCELLED)."""
+    run_id = await team.run()
+    await cancel(team, run_id)
+    return run_id
+
+
+async def fan_out_now(team: Team) -> int:
+    """One fan-out turn once every event written is readable; how many messages it made."""
+    await readable(team.sessions)
+    async with team.sessions() as session, session.begin():
+        return await fanout.fan_out(session, team.clock)
 
 
 async def messages(team: Team) -> list[NotificationMessage]:
@@ -41,6 +64,13 @@ async def attempts(team: Team, message_id: str) -> list[NotificationAttempt]:
         return list(await s.scalars(stmt.order_by(NotificationAttempt.id)))
 
 
+async def only_attempt(team: Team) -> tuple[NotificationMessage, NotificationAttempt]:
+    """The one message there is, and its one attempt."""
+    [message] = await messages(team)
+    [attempt] = await attempts(team, message.id)
+    return message, attempt
+
+
 async def endpoint_row(team: Team, uid: str) -> NotificationEndpoint:
     async with team.sessions() as s:
         return (await s.scalars(select(NotificationEndpoint).where(NotificationEndpoint.uid == uid))).one()
@@ -49,8 +79,7 @@ async def endpoint_row(team: Team, uid: str) -> NotificationEndpoint:
 async def test_a_state_change_is_delivered_signed_and_verifies_with_standardwebhooks(
     team: Team, receiver: Receiver, make_sender: MakeSender
 ) -> None:
-    s = await make_sender()
-    await s.step()  # the first fan-out starts its cursor at the newest event: history is never sent
+    s = await started(make_sender)
     await team.endpoint(receiver.url, events=["CANCELLED"])
     run_id = await team.run(title="nightly")
     await cancel(team, run_id)
@@ -73,8 +102,7 @@ async def test_a_state_change_is_delivered_signed_and_verifies_with_standardwebh
 async def test_events_and_filters_choose_what_is_sent(
     team: Team, receiver: Receiver, make_sender: MakeSender, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
-    s = await make_sender()
-    await s.step()
+    s = await started(make_sender)
     await team.endpoint(receiver.url, name="ended", events=["SUCCEEDED", "CANCELLED"])
     await team.endpoint(receiver.url, name="all-created", events=["QUEUED"], filter={"factories": ["*"]})
     await team.endpoint(
@@ -101,11 +129,10 @@ async def test_events_and_filters_choose_what_is_sent(
 async def test_failures_retry_on_the_schedule_with_the_same_webhook_id_until_delivered(
     team: Team, receiver: Receiver, make_sender: MakeSender
 ) -> None:
-    s = await make_sender()
-    await s.step()
+    s = await started(make_sender)
     uid = await team.endpoint(receiver.url, events=["CANCELLED"])
     receiver.answers = [500, 502]
-    await cancel(team, await team.run())
+    await cancel_a_run(team)
     await settle(s)
     [message] = await messages(team)
     assert message.status == "pending" and message.attempts == 1
@@ -127,14 +154,12 @@ async def test_failures_retry_on_the_schedule_with_the_same_webhook_id_until_del
 async def test_retry_after_moves_the_next_attempt_later_never_earlier(
     team: Team, receiver: Receiver, make_sender: MakeSender
 ) -> None:
-    s = await make_sender()
-    await s.step()
+    s = await started(make_sender)
     await team.endpoint(receiver.url, events=["CANCELLED"])
     receiver.answers = [(429, {"Retry-After": "120"})]
-    await cancel(team, await team.run())
+    await cancel_a_run(team)
     await settle(s)
-    [message] = await messages(team)
-    [a] = await attempts(team, message.id)
+    message, a = await only_attempt(team)
     assert a.response_status == 429 and message.status == "pending"
     assert message.next_attempt_at == team.clock.now() + dt.timedelta(
         seconds=2.0
@@ -144,11 +169,10 @@ async def test_retry_after_moves_the_next_attempt_later_never_earlier(
 async def test_a_receiver_that_hangs_times_out_fails_for_good_and_marks_the_endpoint_failing(
     team: Team, receiver: Receiver, make_sender: MakeSender
 ) -> None:
-    s = await make_sender()
-    await s.step()
+    s = await started(make_sender)
     uid = await team.endpoint(receiver.url, events=["CANCELLED"])
     receiver.default = "hang"
-    await cancel(team, await team.run())
+    await cancel_a_run(team)
     for step in (0.0, *SETTINGS.retry_schedule):
         team.clock.advance(step)
         await settle(s)
@@ -165,13 +189,10 @@ async def test_a_receiver_that_hangs_times_out_fails_for_good_and_marks_the_endp
 async def test_a_dead_senders_claim_lapses_and_the_message_is_sent_again_with_its_id(
     team: Team, receiver: Receiver, make_sender: MakeSender, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
-    s = await make_sender()
-    await s.step()
+    s = await started(make_sender)
     await team.endpoint(receiver.url, events=["CANCELLED"])
-    await cancel(team, await team.run())
-    await readable(sessions)
-    async with sessions() as session, session.begin():
-        assert await fanout.fan_out(session, team.clock) == 1
+    await cancel_a_run(team)
+    assert await fan_out_now(team) == 1
     async with sessions() as session, session.begin():
         [claimed] = await sender.claim(session, team.clock, SETTINGS, 10)  # ... and the sender dies
     async with sessions() as session, session.begin():
@@ -191,14 +212,11 @@ async def test_a_dead_senders_claim_lapses_and_the_message_is_sent_again_with_it
 async def test_concurrent_claims_never_take_the_same_message(
     team: Team, receiver: Receiver, sessions: async_sessionmaker[AsyncSession], make_sender: MakeSender
 ) -> None:
-    s = await make_sender()
-    await s.step()
+    await started(make_sender)
     await team.endpoint(receiver.url, events=["QUEUED"])
     for _ in range(40):
         await team.run()
-    await readable(sessions)
-    async with sessions() as session, session.begin():
-        assert await fanout.fan_out(session, team.clock) == 40
+    assert await fan_out_now(team) == 40
 
     async def take() -> list[str]:
         got: list[str] = []
@@ -214,8 +232,7 @@ async def test_concurrent_claims_never_take_the_same_message(
 async def test_fan_out_twice_concurrently_makes_each_message_once(
     team: Team, receiver: Receiver, sessions: async_sessionmaker[AsyncSession], make_sender: MakeSender
 ) -> None:
-    s = await make_sender()
-    await s.step()
+    await started(make_sender)
     await team.endpoint(receiver.url, events=["QUEUED"])
     for _ in range(25):
         await team.run()
@@ -232,10 +249,9 @@ async def test_fan_out_twice_concurrently_makes_each_message_once(
 async def test_a_resend_by_hand_is_one_attempt_with_the_same_id(
     team: Team, receiver: Receiver, make_sender: MakeSender, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
-    s = await make_sender()
-    await s.step()
+    s = await started(make_sender)
     await team.endpoint(receiver.url, events=["CANCELLED"])
-    await cancel(team, await team.run())
+    await cancel_a_run(team)
     await settle(s)
     [message] = await messages(team)
     async with sessions() as session, session.begin():
@@ -265,13 +281,11 @@ async def test_a_resend_by_hand_is_one_attempt_with_the_same_id(
 async def test_private_destinations_are_refused_when_sent(
     team: Team, receiver: Receiver, make_sender: MakeSender, url: str
 ) -> None:
-    s = await make_sender()
-    await s.step()
+    s = await started(make_sender)
     await team.endpoint(url, events=["CANCELLED"])
-    await cancel(team, await team.run())
+    await cancel_a_run(team)
     await settle(s)
-    [message] = await messages(team)
-    [a] = await attempts(team, message.id)
+    message, a = await only_attempt(team)
     assert a.outcome == "refused" and a.response_status is None and a.error
     assert message.status == "pending"  # retried on the schedule: the rule is checked again each time
 
@@ -279,13 +293,11 @@ async def test_private_destinations_are_refused_when_sent(
 async def test_a_missing_secret_fails_the_attempt_without_sending(
     team: Team, receiver: Receiver, make_sender: MakeSender
 ) -> None:
-    s = await make_sender()
-    await s.step()
+    s = await started(make_sender)
     await team.endpoint(receiver.url, events=["CANCELLED"], secret_name="GONE")
-    await cancel(team, await team.run())
+    await cancel_a_run(team)
     await settle(s)
-    [message] = await messages(team)
-    [a] = await attempts(team, message.id)
+    _, a = await only_attempt(team)
     assert a.outcome == "failed" and "GONE" in (a.error or "") and receiver.got == []
 
 
@@ -321,17 +333,15 @@ async def test_the_resolver_resolves_localhost() -> None:
 async def test_a_run_scoped_secret_never_signs_and_a_signing_secret_never_becomes_run_scoped(
     team: Team, receiver: Receiver, make_sender: MakeSender, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
-    s = await make_sender()
-    await s.step()
+    s = await started(make_sender)
     async with sessions() as session, session.begin():
         await secret_store.create(
             session, team.box, team.clock, team.team_id, "RUN_VALUE", team.secret, scope=secret_store.RUN
         )
     await team.endpoint(receiver.url, events=["CANCELLED"], secret_name="RUN_VALUE")
-    await cancel(team, await team.run())
+    await cancel_a_run(team)
     await settle(s)
-    [message] = await messages(team)
-    [a] = await attempts(team, message.id)
+    _, a = await only_attempt(team)
     assert a.outcome == "failed" and "webhook-scoped" in (a.error or "") and receiver.got == []
     await team.endpoint(receiver.url, name="signed", events=["CANCELLED"])
     with pytest.raises(WriteRefused, match="signs notification endpoint acme/signed"):
@@ -344,14 +354,11 @@ async def test_a_run_scoped_secret_never_signs_and_a_signing_secret_never_become
 async def test_a_result_for_a_message_deleted_meanwhile_is_dropped_not_fatal(
     team: Team, receiver: Receiver, make_sender: MakeSender, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
-    s = await make_sender()
-    await s.step()
+    await started(make_sender)
     uid = await team.endpoint(receiver.url, events=["CANCELLED"])
     other = await team.endpoint(receiver.url, name="other", events=["CANCELLED"])
-    await cancel(team, await team.run())
-    await readable(sessions)
-    async with sessions() as session, session.begin():
-        await fanout.fan_out(session, team.clock)
+    await cancel_a_run(team)
+    await fan_out_now(team)
     async with sessions() as session, session.begin():
         claimed = await sender.claim(session, team.clock, SETTINGS, 10)
     async with sessions() as session, session.begin():  # an apply deletes one endpoint meanwhile
@@ -371,7 +378,7 @@ async def test_the_sender_loop_stops_without_leaving_a_task(
     receiver.default = "hang"  # an attempt in flight when the loop is cancelled
     before = asyncio.all_tasks()
     loop = asyncio.create_task(s.run())
-    await cancel(team, await team.run())  # the first turn started the cursor before this change
+    await cancel_a_run(team)  # the first turn started the cursor before this change
     await receiver.wait_for(1)
     loop.cancel()
     with pytest.raises(asyncio.CancelledError):
