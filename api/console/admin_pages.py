@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from api.console.rendering import render
+from api.console.rendering import render, when
 from api.console.security import changing, signed_in
 from api.console.sessions import ConsoleUser
 from api.context import BOX, CLOCK, SESSIONS
@@ -27,19 +27,20 @@ from api.management.secrets import users as secret_users
 from store import NotFound, StoreError
 from store import apikeys as key_store
 from store import secrets as secret_store
-from store.clock import rfc3339
 
 KEY_ROLES = ("member", "admin", "worker")
 _HOSTS_SPLIT = re.compile(r"[\s,]+")
 
 
 def _when(value: Any) -> str:
-    return (rfc3339(value) or "").replace("T", " ")[:19] if value is not None else ""
+    return when(value, missing="")  # the templates test "revoked" and "never used" by emptiness
 
 
-async def _secrets_page(
+def _page(
     request: web.Request,
     user: ConsoleUser,
+    template: str,
+    listing: dict[str, Any],
     *,
     shown: dict[str, Any] | None = None,
     message: str | None = None,
@@ -47,6 +48,20 @@ async def _secrets_page(
     form: dict[str, str] | None = None,
     status: int = 200,
 ) -> web.Response:
+    """An admin page: its ``listing``, and the outcome of a POST (a value shown once, a message, or an
+    error with the form as given and its status)."""
+    context = {
+        "user": user,
+        **listing,
+        "shown": shown,
+        "message": message,
+        "error": error,
+        "form": form or {},
+    }
+    return render(request, template, context, status=status)
+
+
+async def _secrets_page(request: web.Request, user: ConsoleUser, **outcome: Any) -> web.Response:
     async with request.app[SESSIONS]() as session:
         infos = await secret_store.list_secrets(session, user.team_id)
         used = await secret_users(session, user.team_id)
@@ -61,18 +76,13 @@ async def _secrets_page(
         }
         for i in infos
     ]
-    context = {
-        "user": user,
+    listing = {
         "nav": "secrets",
         "secrets": rows,
         "scopes": secret_store.SCOPES,
         "default_scope": secret_store.DEFAULT_SCOPE,
-        "shown": shown,
-        "message": message,
-        "error": error,
-        "form": form or {},
     }
-    return render(request, "secrets.html", context, status=status)
+    return _page(request, user, "secrets.html", listing, **outcome)
 
 
 async def secrets_page(request: web.Request) -> web.StreamResponse:
@@ -127,29 +137,10 @@ def _key_row(row: Any) -> dict[str, Any]:
     }
 
 
-async def _keys_page(
-    request: web.Request,
-    user: ConsoleUser,
-    *,
-    shown: dict[str, Any] | None = None,
-    message: str | None = None,
-    error: str | None = None,
-    form: dict[str, str] | None = None,
-    status: int = 200,
-) -> web.Response:
+async def _keys_page(request: web.Request, user: ConsoleUser, **outcome: Any) -> web.Response:
     async with request.app[SESSIONS]() as session:
         rows = [_key_row(r) for r in await key_store.list_keys(session, user.team_id)]
-    context = {
-        "user": user,
-        "nav": "keys",
-        "keys": rows,
-        "roles": KEY_ROLES,
-        "shown": shown,
-        "message": message,
-        "error": error,
-        "form": form or {},
-    }
-    return render(request, "keys.html", context, status=status)
+    return _page(request, user, "keys.html", {"nav": "keys", "keys": rows, "roles": KEY_ROLES}, **outcome)
 
 
 async def keys_page(request: web.Request) -> web.StreamResponse:

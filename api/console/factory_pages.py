@@ -11,18 +11,17 @@ rendered once, in the answer to the POST itself, and never put in a URL.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final
 
 from aiohttp import web
 from sqlalchemy import select
 
-from api.console.rendering import render
+from api.console.rendering import or_404, pretty_json, render
 from api.console.security import changing, signed_in
 from api.console.sessions import ConsoleUser
 from api.context import CLOCK, SESSIONS, SETTINGS
 from api.environments.routes import environment_json
-from api.errors import ApiError, ResourceNotFound
+from api.errors import ApiError
 from api.factories.reconcile import request_reconcile
 from api.factories.routes import factory_detail, load_factory
 from api.factories.serialize import apply_json
@@ -33,11 +32,11 @@ from api.management.webhook_rules import AUTH_MODES, parse_create
 from api.management.webhooks import add_webhook, load_webhook, remove, rotate, set_enabled, webhook_view
 from api.notifications.serialize import endpoint_json
 from api.schedules.serialize import automation_views, schedule_item
-from store.apikeys import Principal
 from store.clock import rfc3339
 from store.models import ApplyRecord, Environment, NotificationEndpoint, Schedule
 from store.schemes import SCHEMES
 
+NO_WEBHOOK: Final = "No such webhook."
 APPLIES: Final = 10
 DELIVERIES: Final = 50
 NOTICES: Final = {
@@ -55,10 +54,8 @@ def _notice(request: web.Request) -> str | None:
 
 async def _factory_context(request: web.Request, user: ConsoleUser, uid: str) -> dict[str, Any]:
     async with request.app[SESSIONS]() as session:
-        try:
+        with or_404("No such factory."):
             detail = await factory_detail(session, user.team_id, uid, request.app[SETTINGS].base_url)
-        except ResourceNotFound:
-            raise web.HTTPNotFound(text="No such factory.") from None
         applies = (
             await session.scalars(
                 select(ApplyRecord)
@@ -144,17 +141,15 @@ async def create_webhook(request: web.Request) -> web.StreamResponse:
 
 
 def _delivery_view(entry: Entry, runs: list[str]) -> dict[str, Any]:
-    payload = None
-    if entry.status in WITH_RUNS and entry.payload is not None:
-        parsed = parse_payload(entry.payload)
-        payload = json.dumps(parsed, indent=2, ensure_ascii=False, sort_keys=True)
+    stored = entry.status in WITH_RUNS  # only these keep their payload
+    payload = pretty_json(parse_payload(entry.payload)) if stored and entry.payload is not None else None
     return {
         "delivery_id": entry.delivery_id,
         "status": entry.status,
         "size": entry.size,
         "received_at": rfc3339(entry.received_at),
         "detail": entry.detail,
-        "run_ids": runs if entry.status in WITH_RUNS else [],
+        "run_ids": runs if stored else [],
         "payload": payload,
         "replayable": entry.status == ACCEPTED,
     }
@@ -172,10 +167,8 @@ async def _webhook_response(
 ) -> web.Response:
     uid = request.match_info["uid"]
     async with request.app[SESSIONS]() as session:
-        try:
+        with or_404(NO_WEBHOOK):
             factory, row = await load_webhook(session, user.team_id, uid, wid)
-        except ResourceNotFound:
-            raise web.HTTPNotFound(text="No such webhook.") from None
         entries, runs = await read_log(session, user.team_id, wid, DELIVERIES, payloads=True)
     hook = webhook_view(row, request.app[SETTINGS].base_url)
     secret_url = None
@@ -208,10 +201,8 @@ async def toggle_webhook(request: web.Request) -> web.StreamResponse:
     uid, wid = request.match_info["uid"], request.match_info["wid"]
     enabled = form.get("enabled") == "true"
     async with request.app[SESSIONS]() as session, session.begin():
-        try:
+        with or_404(NO_WEBHOOK):
             _, row = await load_webhook(session, user.team_id, uid, wid)
-        except ResourceNotFound:
-            raise web.HTTPNotFound(text="No such webhook.") from None
         if row.enabled != enabled:
             await set_enabled(session, row, enabled)
             row.updated_at = request.app[CLOCK].now()
@@ -226,11 +217,10 @@ async def rotate_webhook_secret(request: web.Request) -> web.StreamResponse:
     uid, wid = request.match_info["uid"], request.match_info["wid"]
     given = form.get("secret", "").strip() or None
     try:
-        async with request.app[SESSIONS]() as session, session.begin():
-            factory, row = await load_webhook(session, user.team_id, uid, wid)
-            value, deferred = await rotate(session, request.app, factory, row, given)
-    except ResourceNotFound:
-        raise web.HTTPNotFound(text="No such webhook.") from None
+        with or_404(NO_WEBHOOK):
+            async with request.app[SESSIONS]() as session, session.begin():
+                factory, row = await load_webhook(session, user.team_id, uid, wid)
+                value, deferred = await rotate(session, request.app, factory, row, given)
     except ApiError as exc:
         return await _webhook_response(request, user, wid, error=exc)
     return await _webhook_response(request, user, wid, secret=value, deferred=deferred)
@@ -240,11 +230,10 @@ async def delete_webhook(request: web.Request) -> web.StreamResponse:
     user, _ = await changing(request, admin=True)
     uid, wid = request.match_info["uid"], request.match_info["wid"]
     try:
-        async with request.app[SESSIONS]() as session, session.begin():
-            factory, row = await load_webhook(session, user.team_id, uid, wid)
-            remove(factory, row, request.app[CLOCK].now())
-    except ResourceNotFound:
-        raise web.HTTPNotFound(text="No such webhook.") from None
+        with or_404(NO_WEBHOOK):
+            async with request.app[SESSIONS]() as session, session.begin():
+                factory, row = await load_webhook(session, user.team_id, uid, wid)
+                remove(factory, row, request.app[CLOCK].now())
     except ApiError as exc:
         return await _webhook_response(request, user, wid, error=exc)
     raise web.HTTPSeeOther(f"/console/factories/{uid}?done=deleted")
@@ -253,11 +242,8 @@ async def delete_webhook(request: web.Request) -> web.StreamResponse:
 async def replay_delivery(request: web.Request) -> web.StreamResponse:
     user, form = await changing(request, admin=True)
     uid, wid = request.match_info["uid"], request.match_info["wid"]
-    who = Principal(
-        key_id=user.key_id, team_id=user.team_id, name=user.key_name, role=user.role, worker_hosts=()
-    )
     try:
-        await replay(request.app, who, uid, wid, form.get("delivery_id", ""), None)
+        await replay(request.app, user.principal(), uid, wid, form.get("delivery_id", ""), None)
     except ApiError as exc:
         return await _webhook_response(request, user, wid, error=exc)
     raise web.HTTPSeeOther(f"/console/factories/{uid}/webhooks/{wid}?done=replayed")

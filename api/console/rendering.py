@@ -1,13 +1,21 @@
-"""Rendering console pages: the Jinja2 environment (autoescaping on) and :func:`render`."""
+"""Rendering console pages: the Jinja2 environment (autoescaping on), :func:`render`, and the few value
+helpers every page shares (:func:`when`, :func:`pretty_json`, :func:`or_404`)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp_jinja2
 import jinja2
 from aiohttp import web
+
+from api.errors import ResourceNotFound
+from store import NotFound
 
 HERE = Path(__file__).parent
 TEMPLATES = web.AppKey("console_templates", jinja2.Environment)
@@ -33,4 +41,27 @@ def render(
     return aiohttp_jinja2.render_template(template, request, context, status=status, app_key=TEMPLATES)
 
 
-__all__ = ["TEMPLATES", "render", "setup_templates"]
+def when(value: dt.datetime | None, missing: str = "—") -> str:
+    """A timestamp for people: ``2026-01-31 12:00:05 UTC`` (``missing`` when unset)."""
+    if value is None:
+        return missing
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.UTC)
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def pretty_json(value: object) -> str:
+    """A JSON value (a payload, a configuration) as an indented, key-sorted text block."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+@contextmanager
+def or_404(text: str) -> Iterator[None]:
+    """Inside the block, a missing (or another team's) resource is the console's 404 page with ``text``."""
+    try:
+        yield
+    except (ResourceNotFound, NotFound):
+        raise web.HTTPNotFound(text=text) from None
+
+
+__all__ = ["TEMPLATES", "or_404", "pretty_json", "render", "setup_templates", "when"]

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from api.console import admin_pages, factory_pages, run_pages
 from api.console import sessions as console_sessions
 from api.console.rendering import render, setup_templates
-from api.console.security import changing, console_middleware, csrf_ok, current_user, settings_of, signed_in
+from api.console.security import changing, csrf_ok, current_user, settings_of, setup_security, signed_in
 from api.context import CLOCK, SESSIONS, SETTINGS
 from api.factories.serialize import factory_json
 from store.apikeys import authenticate
@@ -120,7 +120,7 @@ async def factories(request: web.Request) -> web.StreamResponse:
 
 def setup(app: web.Application) -> None:
     setup_templates(app)
-    app.middlewares.append(console_middleware)
+    setup_security(app)
     app.router.add_get("/", root)
     app.router.add_get("/console", home)
     app.router.add_get("/console/", home)

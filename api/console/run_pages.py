@@ -21,13 +21,13 @@ from urllib.parse import urlencode
 from aiohttp import web
 from multidict import MultiDict
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.console.rendering import render
+from api.console.rendering import or_404, pretty_json, render, when
 from api.console.security import changing, signed_in
 from api.console.sessions import ConsoleUser
 from api.context import CLOCK, SESSIONS
 from api.errors import ApiError
-from api.factories.routes import load_factory
 from api.factories.serialize import trigger_json
 from api.http.pagination import (
     Cursor,
@@ -38,7 +38,7 @@ from api.http.pagination import (
     timestamp_key,
 )
 from api.ingress.pipeline import ACCEPTED
-from api.management.deliveries import WOULD_TRIGGER, evaluate_filter
+from api.management.deliveries import WOULD_TRIGGER, evaluate_filter, load_automation
 from api.runs import events
 from api.runs import records as runs
 from api.runs.claim_signal import wake_claimers
@@ -46,7 +46,7 @@ from api.runs.requests import MAX_PROMPT, SOURCES, parse_list_query
 from api.runs.serialize import run_item
 from api.runs.states import IllegalTransition, RunState
 from api.runs.stream import notify_events, stream_run
-from store import NotFound, payload_filter
+from store import payload_filter
 from store.models import Automation, Delivery, Factory, Run, RunEvent, Webhook
 
 PAGE_SIZE: Final = 25
@@ -84,15 +84,8 @@ OPS: Final = {
 }
 
 
-def when(value: Any) -> str:
-    """A timestamp for people: ``2026-01-31 12:00:05 UTC`` ('—' when unset)."""
-    if value is None:
-        return "—"
-    return str(value.strftime("%Y-%m-%d %H:%M:%S UTC"))
-
-
-def _not_found(what: str) -> web.HTTPNotFound:
-    return web.HTTPNotFound(text=f"Not found: {what} does not exist (or belongs to another team).")
+def _missing(what: str) -> str:
+    return f"Not found: {what} does not exist (or belongs to another team)."
 
 
 # --- runs list ------------------------------------------------------------------------------------
@@ -133,7 +126,9 @@ class RunsPage:
     error: str | None
 
 
-async def _runs_page(request: web.Request, user: ConsoleUser, picked: dict[str, Any]) -> RunsPage:
+async def _runs_page(
+    request: web.Request, session: AsyncSession, user: ConsoleUser, picked: dict[str, Any]
+) -> RunsPage:
     try:
         filters = parse_list_query(_api_query(picked)).filters
     except ApiError as exc:
@@ -149,19 +144,18 @@ async def _runs_page(request: web.Request, user: ConsoleUser, picked: dict[str, 
             after = decode_cursor(request.query["cursor"], newest)
     except InvalidCursor:
         error = "That page link no longer fits these filters; showing the newest runs."
-    async with request.app[SESSIONS]() as session:
-        if before is not None:  # read back towards the newest, then show newest first
-            page = await runs.list_runs(
-                session, user.team_id, filters, runs.PageRequest(PAGE_SIZE, "created_at", "asc", before)
-            )
-            rows = list(reversed(page.runs))
-            more_before, more_after = page.next_position is not None, True
-        else:
-            page = await runs.list_runs(
-                session, user.team_id, filters, runs.PageRequest(PAGE_SIZE, "created_at", "desc", after)
-            )
-            rows = page.runs
-            more_before, more_after = after is not None, page.next_position is not None
+    if before is not None:  # read back towards the newest, then show newest first
+        page = await runs.list_runs(
+            session, user.team_id, filters, runs.PageRequest(PAGE_SIZE, "created_at", "asc", before)
+        )
+        rows = list(reversed(page.runs))
+        more_before, more_after = page.next_position is not None, True
+    else:
+        page = await runs.list_runs(
+            session, user.team_id, filters, runs.PageRequest(PAGE_SIZE, "created_at", "desc", after)
+        )
+        rows = page.runs
+        more_before, more_after = after is not None, page.next_position is not None
     next_link = prev_link = None
     if rows and more_after:
         next_link = _link(picked, cursor=encode_cursor(_position(rows[-1]), newest))
@@ -174,8 +168,8 @@ async def runs_list(request: web.Request) -> web.StreamResponse:
     """``GET /console/runs``: the filter form and one page of runs, newest first."""
     user = await signed_in(request)
     picked = _picked(MultiDict(request.query))
-    page = await _runs_page(request, user, picked)
     async with request.app[SESSIONS]() as session:
+        page = await _runs_page(request, session, user, picked)
         factories = (
             await session.execute(
                 select(Factory.uid, Factory.name)
@@ -249,10 +243,8 @@ async def run_page(request: web.Request) -> web.StreamResponse:
     user = await signed_in(request)
     run_id = request.match_info["run_id"]
     async with request.app[SESSIONS]() as session:
-        try:
+        with or_404(_missing(f"run {run_id}")):
             run = await runs.get_run(session, user.team_id, run_id)
-        except NotFound:
-            raise _not_found(f"run {run_id}") from None
         names = await runs.attachment_names(session, [run])
         factory = await session.get(Factory, run.factory_uid) if run.factory_uid else None
         automation = await session.get(Automation, run.automation_id) if run.automation_id else None
@@ -271,7 +263,7 @@ async def run_page(request: web.Request) -> web.StreamResponse:
             "created": when(run.created_at),
             "started": when(run.started_at),
             "finished": when(run.finished_at),
-            "config_json": json.dumps(item["agent_config"], indent=2, sort_keys=True, ensure_ascii=False),
+            "config_json": pretty_json(item["agent_config"]),
             "metadata": item["metadata"],
             "factory_name": factory.name if factory and factory.team_id == user.team_id else None,
             "automation_name": automation.name if automation and automation.team_id == user.team_id else None,
@@ -299,10 +291,8 @@ async def run_page(request: web.Request) -> web.StreamResponse:
 async def run_events(request: web.Request) -> web.StreamResponse:
     """``GET /console/runs/{run_id}/events``: the API's run event stream for a signed-in session."""
     user = await signed_in(request)
-    try:
+    with or_404(_missing(f"run {request.match_info['run_id']}")):
         return await stream_run(request, user.team_id, user.key_id)
-    except NotFound:
-        raise _not_found(f"run {request.match_info['run_id']}") from None
 
 
 async def cancel(request: web.Request) -> web.StreamResponse:
@@ -310,11 +300,10 @@ async def cancel(request: web.Request) -> web.StreamResponse:
     user, _ = await changing(request)
     run_id = request.match_info["run_id"]
     try:
-        async with request.app[SESSIONS]() as session, session.begin():
-            run = await runs.cancel_run(session, request.app[CLOCK], user.team_id, run_id)
+        with or_404(_missing(f"run {run_id}")):
+            async with request.app[SESSIONS]() as session, session.begin():
+                run = await runs.cancel_run(session, request.app[CLOCK], user.team_id, run_id)
         done = "cancel_requested" if run.cancel_requested else "cancelled"
-    except NotFound:
-        raise _not_found(f"run {run_id}") from None
     except IllegalTransition:
         done = "not_cancellable"
     else:
@@ -330,12 +319,11 @@ async def followup(request: web.Request) -> web.StreamResponse:
     if not message.strip() or len(message) > MAX_PROMPT:
         raise web.HTTPSeeOther(f"/console/runs/{run_id}?done=followup_empty")
     try:
-        async with request.app[SESSIONS]() as session, session.begin():
-            _, done = await runs.add_followup(
-                session, request.app[CLOCK], user.team_id, run_id, message, None
-            )
-    except NotFound:
-        raise _not_found(f"run {run_id}") from None
+        with or_404(_missing(f"run {run_id}")):
+            async with request.app[SESSIONS]() as session, session.begin():
+                _, done = await runs.add_followup(
+                    session, request.app[CLOCK], user.team_id, run_id, message, None
+                )
     except IllegalTransition:
         done = "followup_refused"
     else:
@@ -415,13 +403,8 @@ async def automation_page(request: web.Request) -> web.StreamResponse:
         choice = request.query.get("delivery", "")
     uid, aid = request.match_info["uid"], request.match_info["aid"]
     async with request.app[SESSIONS]() as session:
-        try:
-            factory = await load_factory(session, user.team_id, uid)
-        except ApiError:
-            raise _not_found(f"factory {uid}") from None
-        automation = await session.get(Automation, aid)
-        if automation is None or automation.factory_uid != factory.uid or automation.team_id != user.team_id:
-            raise _not_found(f"automation {aid}")
+        with or_404(_missing(f"automation {aid} of factory {uid}")):
+            factory, automation = await load_automation(session, user.team_id, uid, aid)
         hooks = {
             h.uid: h for h in (await session.scalars(select(Webhook).where(Webhook.factory_uid == uid))).all()
         }
@@ -463,9 +446,7 @@ async def automation_page(request: web.Request) -> web.StreamResponse:
                 "title": automation.title,
                 "prompt": automation.prompt,
                 "definition_path": automation.definition_path,
-                "config_json": json.dumps(
-                    automation.config or {}, indent=2, sort_keys=True, ensure_ascii=False
-                ),
+                "config_json": pretty_json(automation.config or {}),
                 "has_config": bool(automation.config),
                 "updated": when(automation.updated_at),
             },

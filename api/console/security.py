@@ -39,7 +39,7 @@ USER = web.RequestKey("console_user", ConsoleUser)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def is_console(request: web.Request) -> bool:
+def is_console(request: web.BaseRequest) -> bool:
     return request.path == "/console" or request.path.startswith("/console/")
 
 
@@ -57,25 +57,33 @@ def _same_origin(request: web.Request) -> bool:
     return f"{parts.scheme}://{parts.netloc}" in ours
 
 
+async def add_headers(request: web.BaseRequest, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: the security headers on every console response, however it was made (a
+    page, a redirect or refusal raised as an HTTPException, a problem answer, a static file)."""
+    if is_console(request):
+        for name, value in HEADERS.items():
+            response.headers.setdefault(name, value)
+
+
 @web.middleware
 async def console_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Security headers on every console response; cross-site state changes refused before any handler."""
+    """Cross-site state changes refused before any handler; a refusal raised by a console handler (403,
+    404...) is answered as the console's plain text, not turned into an API problem document."""
     if not is_console(request):
         return await handler(request)
     if request.method not in ("GET", "HEAD") and not _same_origin(request):
-        response: web.StreamResponse = web.Response(
-            status=403, text="Refused: a cross-site request may not change anything here."
-        )
-    else:
-        try:
-            response = await handler(request)
-        except web.HTTPException as exc:  # redirects and refusals get the headers too
-            response = web.Response(status=exc.status, reason=exc.reason, headers=exc.headers, body=exc.body)
-            for name, morsel in exc.cookies.items():
-                response.cookies[name] = morsel
-    for name, value in HEADERS.items():
-        response.headers.setdefault(name, value)
-    return response
+        return web.Response(status=403, text="Refused: a cross-site request may not change anything here.")
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:  # redirects go out as raised (with their cookies)
+            raise
+        return web.Response(status=exc.status, reason=exc.reason, headers=exc.headers, body=exc.body)
+
+
+def setup_security(app: web.Application) -> None:
+    app.middlewares.append(console_middleware)
+    app.on_response_prepare.append(add_headers)
 
 
 def settings_of(app: web.Application) -> SessionSettings:
@@ -118,4 +126,13 @@ async def changing(request: web.Request, *, admin: bool = False) -> tuple[Consol
     return user, form
 
 
-__all__ = ["CSP", "HEADERS", "changing", "console_middleware", "csrf_ok", "current_user", "signed_in"]
+__all__ = [
+    "CSP",
+    "HEADERS",
+    "changing",
+    "console_middleware",
+    "csrf_ok",
+    "current_user",
+    "setup_security",
+    "signed_in",
+]

@@ -55,6 +55,10 @@ class ConsoleUser:
     def is_admin(self) -> bool:
         return self.role == "admin"
 
+    def principal(self) -> Principal:
+        """The caller as the API's functions take it (the session's key, team and role)."""
+        return Principal(self.key_id, self.team_id, self.key_name, self.role, ())
+
 
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()

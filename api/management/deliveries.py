@@ -48,7 +48,7 @@ from api.ingress.pipeline import ACCEPTED, STATUSES
 from api.management.webhooks import load_webhook
 from store import payload_filter
 from store.clock import rfc3339
-from store.models import Automation, AutomationWebhook, Delivery, Run, Webhook
+from store.models import Automation, AutomationWebhook, Delivery, Factory, Run, Webhook
 
 WOULD_TRIGGER, WOULD_NOT_TRIGGER = "Would trigger", "Would not trigger"
 REPLAYED = "Replayed"  # written by a replay, never by ingress (docs/management.md, "Replaying a delivery")
@@ -277,16 +277,25 @@ async def filter_test(request: web.Request) -> web.Response:
     return web.json_response(result)
 
 
+async def load_automation(
+    session: AsyncSession, team_id: str, uid: str, aid: str
+) -> tuple[Factory, Automation]:
+    """Factory ``uid`` and its automation ``aid`` (API and console); ResourceNotFound when either is
+    missing or another team's."""
+    factory = await load_factory(session, team_id, uid)
+    automation = await session.get(Automation, aid)
+    if automation is None or automation.factory_uid != factory.uid or automation.team_id != team_id:
+        raise ResourceNotFound(f"automation {aid} does not exist in factory {uid}")
+    return factory, automation
+
+
 async def evaluate_filter(
     session: AsyncSession, team_id: str, uid: str, aid: str, delivery_id: str, webhook_uid: str | None = None
 ) -> dict[str, Any]:
     """The "Test filter" of automation ``aid`` against a stored delivery: the TestFilterResponse body (also
     shown by the console's automation page). Raises ResourceNotFound, or Conflict for a delivery that
     stores no payload to test."""
-    factory = await load_factory(session, team_id, uid)
-    automation = await session.get(Automation, aid)
-    if automation is None or automation.factory_uid != factory.uid or automation.team_id != team_id:
-        raise ResourceNotFound(f"automation {aid} does not exist in factory {uid}")
+    factory, automation = await load_automation(session, team_id, uid, aid)
     hooks = {
         h.uid: h
         for h in (await session.execute(select(Webhook).where(Webhook.factory_uid == factory.uid))).scalars()

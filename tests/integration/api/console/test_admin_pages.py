@@ -18,27 +18,15 @@ from store.clock import SystemClock
 from store.crypto import SecretBox
 from store.models import ApiKey
 
-TOKEN = re.compile(r'name="(login_token|csrf_token)" value="([^"]+)"')
+from .support import signed_in_csrf
+
 SHOWN = re.compile(r'<code id="shown-(?:value|key)">([^<]+)</code>')
-
-
-def token(html: str, name: str) -> str:
-    return next(v for n, v in TOKEN.findall(html) if n == name)
-
-
-async def sign_in(client: TestClient[Any, Any], key: str) -> str:
-    """Signs in with ``key``; the session's CSRF token."""
-    page = await client.get("/console/login")
-    form = {"api_key": key, "login_token": token(await page.text(), "login_token")}
-    resp = await client.post("/console/login", data=form, allow_redirects=False)
-    assert resp.status == 303
-    return token(await (await client.get("/console/factories")).text(), "csrf_token")
 
 
 async def test_generated_secret_value_is_shown_once_in_the_post_response(
     client: TestClient[Any, Any], admin_key: str, sessions: async_sessionmaker[AsyncSession], box: SecretBox
 ) -> None:
-    csrf = await sign_in(client, admin_key)
+    csrf = await signed_in_csrf(client, admin_key)
     resp = await client.post(
         "/console/secrets",
         data={"csrf_token": csrf, "name": "hook-secret", "value": "", "generate": "on", "scope": "webhook"},
@@ -63,7 +51,7 @@ async def test_generated_secret_value_is_shown_once_in_the_post_response(
 
 
 async def test_secret_form_errors_keep_the_page(client: TestClient[Any, Any], admin_key: str) -> None:
-    csrf = await sign_in(client, admin_key)
+    csrf = await signed_in_csrf(client, admin_key)
     resp = await client.post("/console/secrets", data={"csrf_token": csrf, "name": "bad name!", "value": "x"})
     assert resp.status == 400 and "invalid secret name" in await resp.text()
     resp = await client.post(
@@ -88,7 +76,7 @@ async def test_members_read_secrets_and_keys_but_cannot_change_them(
     await make_key("member", name="<img src=x onerror=alert(1)>")
     async with sessions() as s, s.begin():
         await builders.secret(s, box, SystemClock(), team_id, "deploy-token", "v", scope="run")
-    csrf = await sign_in(client, member_key)
+    csrf = await signed_in_csrf(client, member_key)
     html = await (await client.get("/console/secrets")).text()
     assert "deploy-token" in html and 'action="/console/secrets"' not in html
     keys = await (await client.get("/console/keys")).text()
@@ -109,7 +97,7 @@ async def test_members_read_secrets_and_keys_but_cannot_change_them(
 async def test_admin_creates_a_key_shown_once_and_revokes_it(
     client: TestClient[Any, Any], admin_key: str, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
-    csrf = await sign_in(client, admin_key)
+    csrf = await signed_in_csrf(client, admin_key)
     resp = await client.post(
         "/console/keys",
         data={"csrf_token": csrf, "name": "builder", "role": "worker", "worker_hosts": "b-01, b-02"},

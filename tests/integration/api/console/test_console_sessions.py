@@ -4,7 +4,6 @@ and PostgreSQL: cookies, CSP and framing headers, CSRF and cross-site refusal, r
 from __future__ import annotations
 
 import datetime as dt
-import re
 from typing import Any
 
 import builders
@@ -20,19 +19,7 @@ from store.clock import ManualClock, SystemClock
 from store.crypto import SecretBox
 from store.models import ConsoleSession
 
-TOKEN = re.compile(r'name="(login_token|csrf_token)" value="([^"]+)"')
-
-
-def token(html: str, name: str) -> str:
-    return next(v for n, v in TOKEN.findall(html) if n == name)
-
-
-async def sign_in(client: TestClient[Any, Any], key: str, next_path: str = "") -> Any:
-    page = await client.get("/console/login" + (f"?next={next_path}" if next_path else ""))
-    form = {"api_key": key, "login_token": token(await page.text(), "login_token")}
-    if next_path:
-        form["next"] = next_path
-    return await client.post("/console/login", data=form, allow_redirects=False)
+from .support import sign_in, token
 
 
 async def test_sign_in_opens_a_server_side_session_and_never_keeps_the_key(

@@ -15,13 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.clock import SystemClock
 from store.models import ApplyRecord
-from tests.integration.api.console.test_console_sessions import sign_in, token
+
+from .support import csrf, sign_in, token
 
 SECRET = re.compile(r'id="new-secret">([^<]+)<')
-
-
-async def csrf(client: TestClient[Any, Any], path: str) -> str:
-    return token(await (await client.get(path)).text(), "csrf_token")
 
 
 async def api_factory(sessions: async_sessionmaker[AsyncSession], team_id: str, name: str = "shop") -> str:

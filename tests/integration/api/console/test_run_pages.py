@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.clock import ManualClock, SystemClock
 
-from .test_console_sessions import sign_in, token
+from .support import sign_in, token
 
 WORKERS = "/api/v1/workers"
 
