@@ -50,7 +50,7 @@ from api.ingress.lookup import FilterCache, SecretCache, WebhookRow, find_webhoo
 from api.ingress.ratelimit import Decision, consume
 from api.ingress.signatures import Verification, bearer_token, token_matches, verify
 from api.runs.claim_signal import wake_claimers
-from api.runs.stream import notify_events
+from api.runs.event_hub import notify_events
 from store.clock import Clock
 from store.db import session_factory
 

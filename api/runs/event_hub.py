@@ -13,20 +13,20 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
-from sqlalchemy import func, select
 
 from api.context import SESSIONS
 from api.errors import RateLimited
 from api.periodic import periodic
 from api.runs import events
 from api.runs.claim_signal import ClaimSignal
-from store.models import RunEvent
 
 log = logging.getLogger("factoryctl.events")
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -53,7 +53,7 @@ class EventHub:
         self.closing = False
         self.open_by_key: collections.Counter[str] = collections.Counter()
         self.tasks: set[asyncio.Task[object]] = set()
-        self._last_seen: tuple[int | None, events.Position] | None = None
+        self._last_seen: tuple[int | None, int | None] | None = None
 
     @contextlib.contextmanager
     def stream(self, key_id: str) -> Iterator[None]:
@@ -80,19 +80,19 @@ class EventHub:
     async def probe(self, app: web.Application) -> None:
         """Wake the streams when the event log changed since the last probe (any writer, any replica).
 
-        Two index lookups: ``max(id)`` grows when any event commits (what a run's stream reads), and the
-        newest position below the commit horizon grows exactly when an event becomes readable in (txid, id)
-        order (what the team stream reads) — including one that committed after a higher id, or that a
-        running transaction held back, which leaves ``max(id)`` unchanged (docs/events.md, "Team stream").
+        One statement, two index lookups (:func:`api.runs.events.change_marks`): ``max(id)`` grows when
+        any event commits (what a run's stream reads), and the newest event below the commit horizon
+        changes exactly when an event becomes readable in (txid, id) order (what the team stream reads) —
+        including one that committed after a higher id, or that a running transaction held back, which
+        leaves ``max(id)`` unchanged (docs/events.md, "Team stream").
         """
         if not self.tasks:
             self._last_seen = None
             return
         async with app[SESSIONS]() as session:
-            newest = await session.scalar(select(func.max(RunEvent.id)))
-            readable = await events.latest_position(session)
-        if (newest, readable) != self._last_seen:
-            self._last_seen = (newest, readable)
+            marks = await events.change_marks(session)
+        if marks != self._last_seen:
+            self._last_seen = marks
             self.signal.wake()
 
     async def close(self) -> None:
@@ -140,6 +140,21 @@ class SseWriter:
 
 
 Follow = Callable[[SseWriter], Awaitable[None]]
+
+
+def resume_from(request: web.Request) -> tuple[str | None, str]:
+    """Where a stream resumes, as sent: ``Last-Event-ID`` (a reconnect), else ``?after=``, else None; and
+    the name of the one it came from, for the 400 when the caller cannot parse it."""
+    raw = request.headers.get("Last-Event-ID")
+    if raw is not None:
+        return raw, "Last-Event-ID"
+    return request.query.get("after"), "after"
+
+
+def event_frame(event_id: str, kind: str, body: Mapping[str, Any]) -> bytes:
+    """One event's SSE frame: its id (what ``Last-Event-ID`` carries back), its kind and its JSON."""
+    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    return f"id: {event_id}\nevent: {kind}\ndata: {data}\n\n".encode()
 
 
 async def serve_sse(request: web.Request, key_id: str, follow: Follow, what: str) -> web.StreamResponse:

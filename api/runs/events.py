@@ -130,16 +130,24 @@ async def record_logs(
     cap: int = MAX_EVENTS_PER_RUN,
 ) -> int:
     """``log`` events for ``lines`` within the run's cap; the first line beyond it adds one ``truncated``
-    marker instead (docs/events.md, "Bounds"). Returns how many log events were written."""
-    count = int(await session.scalar(select(func.count()).where(RunEvent.run_id == run.run_id)) or 0)
-    room = max(cap - count, 0)
+    marker instead (docs/events.md, "Bounds"). Returns how many log events were written.
+
+    The count stops at ``cap`` (``LIMIT`` inside it): a run past the cap, whose state events keep coming,
+    is never counted further than the cap. The marker is looked for newest first: once written it is
+    among the run's last events, so a run that keeps logging past the cap finds it in a few index steps.
+    """
+    held = select(RunEvent.id).where(RunEvent.run_id == run.run_id).limit(cap).subquery()
+    room = cap - int(await session.scalar(select(func.count()).select_from(held)) or 0)
     kept = lines[:room]
     rows = [
         _row(run.run_id, run.team_id, run.factory_uid, LOG, {"stream": s, "text": t}, now) for s, t in kept
     ]
     if len(kept) < len(lines):
         marked = await session.scalar(
-            select(RunEvent.id).where(RunEvent.run_id == run.run_id, RunEvent.kind == TRUNCATED).limit(1)
+            select(RunEvent.id)
+            .where(RunEvent.run_id == run.run_id, RunEvent.kind == TRUNCATED)
+            .order_by(RunEvent.id.desc())
+            .limit(1)
         )
         if marked is None:
             rows.append(_row(run.run_id, run.team_id, run.factory_uid, TRUNCATED, {"limit": cap}, now))
@@ -176,25 +184,42 @@ async def read_ordered(
     the cluster holds readers back until it ends. SQLite writes one transaction at a time; its txid is 0
     and ids are in commit order.
     """
-    stmt = select(RunEvent).where(tuple_(RunEvent.txid, RunEvent.id) > tuple_(*after))
-    if team_id is not None:
-        stmt = stmt.where(RunEvent.team_id == team_id)
-    if session.get_bind().dialect.name == "postgresql":
-        stmt = stmt.where(RunEvent.txid < _HORIZON)
+    stmt = select(RunEvent).where(
+        tuple_(RunEvent.txid, RunEvent.id) > tuple_(*after), *_readable(session, team_id)
+    )
     stmt = stmt.order_by(RunEvent.txid, RunEvent.id).limit(limit)
     return list((await session.scalars(stmt)).all())
+
+
+def _readable(session: AsyncSession, team_id: str | None) -> list[ColumnElement[bool]]:
+    """The events readable in (txid, id) order now (below the horizon on PostgreSQL), of one team or all."""
+    conds: list[ColumnElement[bool]] = []
+    if team_id is not None:
+        conds.append(RunEvent.team_id == team_id)
+    if session.get_bind().dialect.name == "postgresql":
+        conds.append(RunEvent.txid < _HORIZON)
+    return conds
+
+
+_NEWEST_FIRST: Final = (RunEvent.txid.desc(), RunEvent.id.desc())
 
 
 async def latest_position(session: AsyncSession, *, team_id: str | None = None) -> Position:
     """The position of the newest event readable now (:data:`START` when there is none): a reader that
     starts here sees only what happens from now on."""
-    stmt = select(RunEvent.txid, RunEvent.id)
-    if team_id is not None:
-        stmt = stmt.where(RunEvent.team_id == team_id)
-    if session.get_bind().dialect.name == "postgresql":
-        stmt = stmt.where(RunEvent.txid < _HORIZON)
-    row = (await session.execute(stmt.order_by(RunEvent.txid.desc(), RunEvent.id.desc()).limit(1))).first()
+    stmt = select(RunEvent.txid, RunEvent.id).where(*_readable(session, team_id))
+    row = (await session.execute(stmt.order_by(*_NEWEST_FIRST).limit(1))).first()
     return START if row is None else (int(row[0]), int(row[1]))
+
+
+async def change_marks(session: AsyncSession) -> tuple[int | None, int | None]:
+    """What tells a poller that the event log changed, in one statement of two index probes: the highest
+    id committed (what a run's stream reads after) and the id of the newest event readable in (txid, id)
+    order (what the team stream reads after; an id names one position)."""
+    newest = select(func.max(RunEvent.id)).scalar_subquery()
+    readable = select(RunEvent.id).where(*_readable(session, None)).order_by(*_NEWEST_FIRST).limit(1)
+    row = (await session.execute(select(newest, readable.scalar_subquery()))).one()
+    return row[0], row[1]
 
 
 def position_of(event: RunEvent) -> Position:
@@ -241,6 +266,7 @@ __all__ = [
     "TRUNCATED",
     "Position",
     "add_event",
+    "change_marks",
     "event_json",
     "format_position",
     "insert_created",

@@ -24,11 +24,11 @@ from api.http.paths import API_V1
 from api.runs import records as runs
 from api.runs.claim_signal import wake_claimers
 from api.runs.config import resolve_config
+from api.runs.event_hub import notify_events
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_ATTACHMENTS, MAX_PROMPT, parse_list_query, parse_run_request
 from api.runs.serialize import followup_item, log_line, run_item
 from api.runs.states import IllegalTransition, RunState
-from api.runs.stream import notify_events
 from api.runs.stream import setup as setup_event_stream
 from store import NotFound
 from store.apikeys import Principal

@@ -13,7 +13,6 @@ stream (:mod:`api.runs.event_hub`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
@@ -25,7 +24,7 @@ from api.auth import require
 from api.context import SESSIONS
 from api.errors import BadRequest
 from api.runs import events
-from api.runs.event_hub import SseWriter, serve_sse
+from api.runs.event_hub import SseWriter, event_frame, resume_from, serve_sse
 from api.runs.states import RunState
 from store.models import RunEvent
 
@@ -77,9 +76,7 @@ def parse_filter(query: MultiMapping[str]) -> TeamFilter:
 
 def parse_resume(request: web.Request) -> events.Position | None:
     """The position to resume after (``Last-Event-ID``, else ``?after=``), or None to start live."""
-    raw, source = request.headers.get("Last-Event-ID"), "Last-Event-ID"
-    if raw is None:
-        raw, source = request.query.get("after"), "after"
+    raw, source = resume_from(request)
     if raw is None:
         return None
     try:
@@ -96,8 +93,7 @@ def parse_resume(request: web.Request) -> events.Position | None:
 def _frame(event: RunEvent, cursor: str) -> bytes:
     """The run stream's JSON plus ``factory_uid`` and ``cursor`` (the SSE id, kept for stored events)."""
     body = {**events.event_json(event), "factory_uid": event.factory_uid, "cursor": cursor}
-    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    return f"id: {cursor}\nevent: {event.kind}\ndata: {data}\n\n".encode()
+    return event_frame(cursor, event.kind, body)
 
 
 def _position_frame(position: events.Position) -> bytes:

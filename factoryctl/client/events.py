@@ -163,14 +163,38 @@ class _TeamStream:
             raise APIConnectionError(f"team event stream: {error}") from error
 
 
-def _request(
-    http: httpx.Client | httpx.AsyncClient, options: ClientOptions, spec: RequestSpec[None], last: str | None
-) -> httpx.Request:
-    request = build_request(http, options, spec)
-    request.headers["Accept"] = "text/event-stream"
-    if last is not None:
-        request.headers["Last-Event-ID"] = last
-    return request
+class _Connections(Generic[E]):
+    """What the sync and async loops share: one stream's parser and, per connection, whether it got
+    through and brought anything; after it ends, how long to wait before the next (None: it is over)."""
+
+    def __init__(self, stream: _Stream[E], after: str | None) -> None:
+        self.stream, self.parser = stream, _Parser(stream.model, after)
+        self.got_any = self.connected = False
+        self.error: Exception | None = None
+
+    def request(self, http: httpx.Client | httpx.AsyncClient, options: ClientOptions) -> httpx.Request:
+        """The next connection's request, resuming after the last id seen; resets the bookkeeping."""
+        self.got_any, self.connected, self.error = False, False, None
+        request = build_request(http, options, self.stream.spec())
+        request.headers["Accept"] = "text/event-stream"
+        if self.parser.last_id is not None:
+            request.headers["Last-Event-ID"] = self.parser.last_id
+        return request
+
+    def line(self, line: str) -> E | None:
+        event = self.parser.line(line)
+        if event is not None:
+            self.got_any = True
+            self.stream.seen(event)
+        return event
+
+    def pause(self) -> float | None:
+        """After a connection ended: the seconds to wait before reconnecting, or None when it is over."""
+        if not self.stream.done:
+            self.stream.dropped(self.got_any, self.connected, self.error)
+        if self.stream.done:
+            return None
+        return self.parser.retry if self.error is None else RECONNECT_SECONDS
 
 
 def follow_sync(
@@ -180,59 +204,47 @@ def follow_sync(
     after: str | None,
     sleep: Callable[[float], None],
 ) -> Generator[E, None, None]:
-    parser = _Parser(stream.model, after)
+    conn = _Connections(stream, after)
     while not stream.done:
-        got_any, connected, error = False, False, None
         try:
-            response = http.send(_request(http, options, stream.spec(), parser.last_id), stream=True)
+            response = http.send(conn.request(http, options), stream=True)
             try:
                 if response.status_code >= 400:
                     response.read()
                     raise error_from_response(response)
-                connected = True
+                conn.connected = True
                 for line in response.iter_lines():
-                    event = parser.line(line)
-                    if event is not None:
-                        got_any = True
-                        stream.seen(event)
+                    if (event := conn.line(line)) is not None:
                         yield event
             finally:
                 response.close()
         except httpx.TransportError as exc:
-            error = exc
-        if not stream.done:
-            stream.dropped(got_any, connected, error)
-            if not stream.done:
-                sleep(parser.retry if error is None else RECONNECT_SECONDS)
+            conn.error = exc
+        if (seconds := conn.pause()) is not None:
+            sleep(seconds)
 
 
 async def follow_async(
     http: httpx.AsyncClient, options: ClientOptions, stream: _Stream[E], after: str | None
 ) -> AsyncGenerator[E, None]:
-    parser = _Parser(stream.model, after)
+    conn = _Connections(stream, after)
     while not stream.done:
-        got_any, connected, error = False, False, None
         try:
-            response = await http.send(_request(http, options, stream.spec(), parser.last_id), stream=True)
+            response = await http.send(conn.request(http, options), stream=True)
             try:
                 if response.status_code >= 400:
                     await response.aread()
                     raise error_from_response(response)
-                connected = True
+                conn.connected = True
                 async for line in response.aiter_lines():
-                    event = parser.line(line)
-                    if event is not None:
-                        got_any = True
-                        stream.seen(event)
+                    if (event := conn.line(line)) is not None:
                         yield event
             finally:
                 await response.aclose()
         except httpx.TransportError as exc:
-            error = exc
-        if not stream.done:
-            stream.dropped(got_any, connected, error)
-            if not stream.done:
-                await asyncio.sleep(parser.retry if error is None else RECONNECT_SECONDS)
+            conn.error = exc
+        if (seconds := conn.pause()) is not None:
+            await asyncio.sleep(seconds)
 
 
 def _follow(obj: Resource[Any], stream: _Stream[E], after: str | None) -> Any:

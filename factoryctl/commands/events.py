@@ -20,7 +20,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from factoryctl.commands._http import UsageError, common_options, handler
-from factoryctl.commands.runs import STATES
+from factoryctl.commands.runs import STATES, state_text, truncated_text
 
 if TYPE_CHECKING:  # the client (httpx) is imported when the verb runs, not for --help
     from factoryctl.client import FactoryClient, TeamStreamEvent
@@ -66,16 +66,14 @@ def line(event: TeamStreamEvent) -> str:
     """One event as one line: time, run, then what happened (a log text's line breaks escaped)."""
     data, head = event.data, f"{event.raw.get('created_at', '-')}  {event.run_id}"
     if event.kind == "state":
-        message = (data.get("status_message") or {}).get("message")
-        pending = " (cancel requested)" if data.get("cancel_requested") else ""
-        return f"{head}  [{event.state}]{pending}" + (f" {message}" if message else "")
+        return f"{head}  {state_text(event)}"
     if event.kind == "followup":
         return f"{head}  [follow-up {data.get('outcome')}] {data.get('message', '')}".rstrip()
     if event.kind == "log":
         text = str(data.get("text", "")).replace("\\", "\\\\").replace("\n", "\\n")
         return f"{head}  {data.get('stream')}: {text}"
     if event.kind == "truncated":
-        return f"{head}  [event log truncated after {data.get('limit')} events]"
+        return f"{head}  {truncated_text(event)}"
     return f"{head}  [{event.kind}] {json.dumps(data, sort_keys=True)}"
 
 

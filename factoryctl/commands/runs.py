@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from factoryctl.commands._http import UsageError, common_options, handler
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a verb runs, not for --help
-    from factoryctl.client import FactoryClient, RawResponse
+    from factoryctl.client import FactoryClient, RawResponse, RunStreamEvent
 
 STATES = (
     "PENDING",
@@ -305,12 +305,25 @@ def _logs(client: FactoryClient, args: argparse.Namespace) -> None:
         print(line["text"], file=sys.stderr if line["stream"] == "stderr" else sys.stdout)
 
 
-def _print_log(data: dict[str, Any], as_json: bool, event: Any) -> None:
+def state_text(event: RunStreamEvent) -> str:
+    """A ``state`` event as ``[STATE] (cancel requested) message`` (``runs watch`` and ``events``)."""
+    message = (event.data.get("status_message") or {}).get("message")
+    pending = " (cancel requested)" if event.data.get("cancel_requested") else ""
+    return f"[{event.state}]{pending}" + (f" {message}" if message else "")
+
+
+def truncated_text(event: RunStreamEvent) -> str:
+    """A ``truncated`` event (``runs logs --follow`` and ``events``)."""
+    return f"[event log truncated after {event.data.get('limit')} events]"
+
+
+def _print(event: RunStreamEvent, as_json: bool) -> None:
+    """A ``log`` event's text on the stream it was written to (stdout or stderr), or its JSON on stdout."""
     if as_json:
         print(json.dumps(event.raw), flush=True)
     else:
-        stream = sys.stderr if data.get("stream") == "stderr" else sys.stdout
-        print(data.get("text", ""), file=stream, flush=True)
+        stream = sys.stderr if event.data.get("stream") == "stderr" else sys.stdout
+        print(event.data.get("text", ""), file=stream, flush=True)
 
 
 def _follow_logs(client: FactoryClient, args: argparse.Namespace) -> None:
@@ -318,11 +331,9 @@ def _follow_logs(client: FactoryClient, args: argparse.Namespace) -> None:
     apply (event ids are not log line ids). ``--format json``: one event per line."""
     for event in client.runs.events(args.run_id):
         if event.kind == "log":
-            _print_log(event.data, args.format == "json", event)
+            _print(event, args.format == "json")
         elif event.kind == "truncated":
-            print(
-                f"[event log truncated after {event.data.get('limit')} events]", file=sys.stderr, flush=True
-            )
+            print(truncated_text(event), file=sys.stderr, flush=True)
 
 
 def _watch(client: FactoryClient, args: argparse.Namespace) -> int:
@@ -330,17 +341,10 @@ def _watch(client: FactoryClient, args: argparse.Namespace) -> int:
     final: str | None = None
     as_json = args.format == "json"
     for event in client.runs.events(args.run_id):
-        if event.kind == "log":
-            _print_log(event.data, as_json, event)
-            continue
-        if as_json:
-            print(json.dumps(event.raw), flush=True)
+        if as_json or event.kind == "log":
+            _print(event, as_json)
         elif event.kind == "state":
-            message = (event.data.get("status_message") or {}).get("message")
-            pending = " (cancel requested)" if event.data.get("cancel_requested") else ""
-            print(
-                f"[{event.state}]{pending}" + (f" {message}" if message else ""), file=sys.stderr, flush=True
-            )
+            print(state_text(event), file=sys.stderr, flush=True)
         elif event.kind == "followup":
             print(f"[follow-up {event.data.get('outcome')}]", file=sys.stderr, flush=True)
         if event.terminal:

@@ -29,8 +29,8 @@ from api.claims.payload import claim_payload, complete_claim, followup_json, ski
 from api.context import BOX, CLOCK, SESSIONS, SETTINGS
 from api.runs import queue
 from api.runs.claim_signal import ClaimSignal, claim_signal
+from api.runs.event_hub import notify_events
 from api.runs.states import IllegalTransition
-from api.runs.stream import notify_events
 from factoryctl.worker import EnvironmentSetupFailed
 from factoryctl.worker.execution import (
     ExecutionSettings,

@@ -21,6 +21,9 @@ import aiohttp
 import pytest
 from cryptography.fernet import Fernet
 from serve_support import CLI, Served, clean_env, serving
+from sse_support import frames
+
+from api.runs.events import parse_position
 
 pytestmark = pytest.mark.slow
 V1 = "/api/v1/agent"
@@ -30,20 +33,15 @@ class Frames:
     """An open SSE response, frame by frame (``id``/``event``/``data``/``retry`` fields)."""
 
     def __init__(self, resp: aiohttp.ClientResponse) -> None:
-        self.resp = resp
+        self.resp, self._frames = resp, frames(resp)
 
     async def next(self, within: float = 10) -> dict[str, str]:
+        """The next frame, heartbeats and other comments passed over."""
         async with asyncio.timeout(within):
-            frame: dict[str, str] = {}
-            while True:
-                raw = await self.resp.content.readline()
-                assert raw, "the stream ended"
-                line = raw.decode().rstrip("\n")
-                if line == "" and frame:
+            async for frame in self._frames:
+                if "comment" not in frame:
                     return frame
-                if line and not line.startswith(":"):
-                    name, _, value = line.partition(": ")
-                    frame[name] = value
+        raise AssertionError("the stream ended")
 
     async def state(self, wanted: str, within: float = 10) -> dict[str, Any]:
         """The data of the next ``state`` event entering ``wanted`` (events before it are passed over)."""
@@ -76,9 +74,9 @@ async def _scenario(a: Served, b: Served, key: str) -> tuple[str, str]:
         )
         elapsed = time.monotonic() - committed
         assert elapsed < 1.0, f"B's streams saw A's change after {elapsed:.2f}s"
-        assert by_run["run_id"] == by_team["run_id"] == run_id and _position(by_team["cursor"]) > _position(
-            start
-        )
+        assert by_run["run_id"] == by_team["run_id"] == run_id and parse_position(
+            by_team["cursor"]
+        ) > parse_position(start)
         run_resp.close()
         team_resp.close()
     return run_id, start
@@ -95,11 +93,6 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:  # the test failed before its Ctrl-C
         proc.kill()
         proc.wait()
-
-
-def _position(cursor: str) -> tuple[int, int]:
-    txid, _, event_id = cursor.partition("-")
-    return int(txid), int(event_id)
 
 
 def test_streams_on_one_replica_see_changes_made_through_the_other(tmp_path: Path, pg_template: Any) -> None:

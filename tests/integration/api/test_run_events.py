@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +15,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sse_support import collect, frames
 
 from api.app import ROUTE_MODULES, create_app
 from api.context import ServerSettings
 from api.runs import queue
-from api.runs.stream import EVENT_HUB
+from api.runs.event_hub import EVENT_HUB
 from store.clock import ManualClock, SystemClock
 from store.crypto import SecretBox
 from store.models import RunEvent
@@ -32,38 +31,6 @@ WORKERS = "/api/v1/workers"
 
 def h(key: str, **extra: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}", **extra}
-
-
-async def frames(resp: Any) -> AsyncIterator[dict[str, str]]:
-    """SSE frames as dicts (``id``, ``event``, ``data``, ``retry``), comments as ``{"comment": ...}``."""
-    current: dict[str, str] = {}
-    while True:
-        raw = await resp.content.readline()
-        if not raw:
-            return
-        line = raw.decode().rstrip("\n")
-        if not line:
-            if current:
-                yield current
-            current = {}
-        elif line.startswith(":"):
-            yield {"comment": line[1:].strip()}
-        else:
-            name, _, value = line.partition(": ")
-            current[name] = value
-
-
-async def collect(resp: Any, *, until: str | None = None) -> list[dict[str, Any]]:
-    """The events of a stream (data decoded) until it ends, or until a state event ``until`` arrives."""
-    out: list[dict[str, Any]] = []
-    async for frame in frames(resp):
-        if "data" in frame:
-            event = json.loads(frame["data"])
-            assert frame["id"] == str(event["id"]) and frame["event"] == event["kind"]
-            out.append(event)
-            if until is not None and event["data"].get("state") == until:
-                return out
-    return out
 
 
 async def new_run(client: TestClient[Any, Any], key: str) -> str:

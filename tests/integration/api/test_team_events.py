@@ -9,7 +9,7 @@ import asyncio
 import datetime as dt
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +17,12 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import event, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sse_support import frames
 
 from api.app import ROUTE_MODULES, create_app
 from api.context import ServerSettings
 from api.runs import events
-from api.runs.stream import EVENT_HUB
+from api.runs.event_hub import EVENT_HUB
 from store.crypto import SecretBox
 from store.models import RunEvent
 
@@ -33,22 +34,6 @@ Event = dict[str, Any]
 
 def h(key: str, **extra: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}", **extra}
-
-
-async def frames(resp: Any) -> AsyncIterator[dict[str, str]]:
-    """SSE frames as dicts (``id``, ``event``, ``data``, ``retry``), comments as ``{"comment": ...}``."""
-    current: dict[str, str] = {}
-    while raw := await resp.content.readline():
-        line = raw.decode().rstrip("\n")
-        if not line:
-            if current:
-                yield current
-            current = {}
-        elif line.startswith(":"):
-            yield {"comment": line[1:].strip()}
-        else:
-            name, _, value = line.partition(": ")
-            current[name] = value
 
 
 class Stream:

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 
-import httpx
+import sse_support
 from cli_runner import cli, spawn
 from live_servers import LiveServer, unique
 
@@ -22,12 +22,7 @@ from factoryctl.client import FactoryClient
 
 
 def now_cursor(live: LiveServer) -> str:
-    headers = {"Authorization": f"Bearer {live.admin_key}"}
-    with httpx.stream("GET", f"{live.url}/api/v1/agent/events", headers=headers, timeout=10) as resp:
-        for line in resp.iter_lines():
-            if line.startswith("id: "):
-                return line.removeprefix("id: ")
-    raise AssertionError("the stream sent no position")
+    return sse_support.now_cursor(live.url, live.admin_key)
 
 
 class Lines:

@@ -13,8 +13,8 @@ import asyncio
 import itertools
 
 import aiohttp
-import httpx
 import pytest
+import sse_support
 from aiohttp import web
 from live_servers import LiveServer, ThreadedApp, unique
 
@@ -24,13 +24,7 @@ EVENTS = "/api/v1/agent/events"
 
 
 def now_cursor(live: LiveServer) -> str:
-    """The cursor of the team's newest event: what a live stream starts from (its id-only first frame)."""
-    headers = {"Authorization": f"Bearer {live.member_key}"}
-    with httpx.stream("GET", live.url + EVENTS, headers=headers, timeout=10) as resp:
-        for line in resp.iter_lines():
-            if line.startswith("id: "):
-                return line.removeprefix("id: ")
-    raise AssertionError("the stream sent no position")
+    return sse_support.now_cursor(live.url, live.member_key)
 
 
 def dispatched(admin: FactoryClient) -> tuple[str, str]:
