@@ -24,7 +24,8 @@ class SystemClock:
 
 
 class ManualClock:
-    """A clock that only moves when told to; for tests of windows and leases."""
+    """A clock that only moves when told to: for tests of windows and leases, and to stamp work with a time
+    decided earlier (a schedule's run is created at its fire's ``now``)."""
 
     def __init__(self, start: dt.datetime | None = None) -> None:
         self._now = start or dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

@@ -22,8 +22,7 @@ from api.context import CLOCK, SESSIONS, SETTINGS
 from api.periodic import Lifecycle, periodic
 from api.problems import store_unavailable
 from api.runs import queue
-from api.runs.claim_signal import wake_claimers
-from api.runs.stream import notify_events
+from api.runs.event_hub import runs_queued
 from store.clock import Clock
 
 log = logging.getLogger("factoryctl.claims")
@@ -70,8 +69,7 @@ class _Reaper:
             return
         if moved:
             log.info("lease reaper: %d run(s) with lapsed leases moved on", moved)
-            wake_claimers(app)  # some may be QUEUED again
-            notify_events(app)
+            runs_queued(app)  # some may be QUEUED again
 
     @staticmethod
     async def _store_answers(sessions: async_sessionmaker[AsyncSession]) -> bool:

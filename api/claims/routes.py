@@ -40,6 +40,7 @@ from api.http.bodies import SMALL_BODY_BYTES, field_error, read_json_object
 from api.http.paths import API_V1
 from api.runs.claim_signal import ClaimSignal, claim_signal
 from api.runs.config import worker_host_of
+from api.runs.event_hub import notify_events
 from api.runs.queue import (
     LOG_STREAMS,
     REPORT_EVENTS,
@@ -50,7 +51,6 @@ from api.runs.queue import (
     report_state,
 )
 from api.runs.states import LEASED, IllegalTransition, RunState
-from api.runs.stream import notify_events
 from store import NotFound
 from store import secrets as secret_store
 from store.apikeys import Principal

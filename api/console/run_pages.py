@@ -42,10 +42,11 @@ from api.management.deliveries import WOULD_TRIGGER, evaluate_filter, load_autom
 from api.runs import events
 from api.runs import records as runs
 from api.runs.claim_signal import wake_claimers
+from api.runs.event_hub import notify_events
 from api.runs.requests import MAX_PROMPT, SOURCES, parse_list_query
 from api.runs.serialize import run_item
 from api.runs.states import IllegalTransition, RunState
-from api.runs.stream import notify_events, stream_run
+from api.runs.stream import stream_run
 from store import payload_filter
 from store.models import Automation, Delivery, Factory, Run, RunEvent, Webhook
 

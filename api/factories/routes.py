@@ -23,12 +23,11 @@ from api.http.bodies import SMALL_BODY_BYTES, fail_on, field_error, optional_str
 from api.http.pagination import Cursor, fingerprint, page_after, page_info, page_limit, split_page
 from api.http.paths import API_V1
 from api.runs import records as runs
-from api.runs.claim_signal import wake_claimers
 from api.runs.config import resolve_config
+from api.runs.event_hub import runs_queued
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_PROMPT, MAX_TITLE, validate_metadata
 from api.runs.routes import creator_of
-from api.runs.stream import notify_events
 from store import ids
 from store.models import ApplyRecord, Automation, Factory, Webhook
 
@@ -188,8 +187,7 @@ async def dispatch_factory_run(request: web.Request) -> web.Response:
             attachments=[],
             factory_uid=factory.uid,
         )
-    wake_claimers(request.app)
-    notify_events(request.app)
+    runs_queued(request.app)
     return web.json_response(
         {
             "factory_uid": factory.uid,

@@ -49,8 +49,7 @@ from api.ingress.identity import (
 from api.ingress.lookup import FilterCache, SecretCache, WebhookRow, find_webhook
 from api.ingress.ratelimit import Decision, consume
 from api.ingress.signatures import Verification, bearer_token, token_matches, verify
-from api.runs.claim_signal import wake_claimers
-from api.runs.event_hub import notify_events
+from api.runs.event_hub import runs_queued
 from store.clock import Clock
 from store.db import session_factory
 
@@ -171,8 +170,7 @@ async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession
     committed = await ingress.writer.accept(session, pipeline.Pending(webhook, delivery_id, raw, payload))
     ingress.count("duplicate" if committed.duplicate else "accepted")
     if committed.run_ids:
-        wake_claimers(request.app)  # queued runs reach waiting workers now, not at their next poll
-        notify_events(request.app)  # and open event streams see them now, not at the next probe
+        runs_queued(request.app)  # queued runs reach waiting workers now, not at their next poll
     return web.json_response({"delivery_id": committed.delivery_id}, status=202)
 
 

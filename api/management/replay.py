@@ -39,8 +39,7 @@ from api.http.bodies import (
 from api.http.paths import API_V1
 from api.ingress import lookup, pipeline
 from api.management.deliveries import COLUMNS, REPLAYED, Entry, parse_payload
-from api.runs.claim_signal import wake_claimers
-from api.runs.stream import notify_events
+from api.runs.event_hub import runs_queued
 from store import ids
 from store.apikeys import Principal
 from store.clock import rfc3339
@@ -204,8 +203,7 @@ async def replay(
         conn = await session.connection()
         runs, detail = await conn.run_sync(_replay_in, pending, entry, who, only, now)
     if runs:
-        wake_claimers(app)
-        notify_events(app)
+        runs_queued(app)
     answer = {
         "delivery_id": identity,
         "replay_of": entry.delivery_id,

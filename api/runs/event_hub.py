@@ -26,7 +26,7 @@ from api.context import SESSIONS
 from api.errors import RateLimited
 from api.periodic import periodic
 from api.runs import events
-from api.runs.claim_signal import ClaimSignal
+from api.runs.claim_signal import ClaimSignal, wake_claimers
 
 log = logging.getLogger("factoryctl.events")
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -117,6 +117,13 @@ def notify_events(app: web.Application) -> None:
     hub = app.get(EVENT_HUB)
     if hub is not None:
         hub.signal.wake()
+
+
+def runs_queued(app: web.Application) -> None:
+    """After a commit that queued runs: this process's claimers and its event streams look now (a queued
+    run is claimable and has its QUEUED event)."""
+    wake_claimers(app)
+    notify_events(app)
 
 
 class SseWriter:

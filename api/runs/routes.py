@@ -24,7 +24,7 @@ from api.http.paths import API_V1
 from api.runs import records as runs
 from api.runs.claim_signal import wake_claimers
 from api.runs.config import resolve_config
-from api.runs.event_hub import notify_events
+from api.runs.event_hub import notify_events, runs_queued
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_ATTACHMENTS, MAX_PROMPT, parse_list_query, parse_run_request
 from api.runs.serialize import followup_item, log_line, run_item
@@ -87,8 +87,7 @@ async def create_agent_run(request: web.Request) -> web.Response:
             conversation_id=parsed.conversation_id,
             parent_run_id=parsed.parent_run_id,
         )
-    wake_claimers(request.app)
-    notify_events(request.app)
+    runs_queued(request.app)
     return web.json_response(
         {"run_id": run.run_id, "task_id": run.run_id, "state": run.state, "at_capacity": False}
     )

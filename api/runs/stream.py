@@ -18,7 +18,7 @@ from api.errors import BadRequest
 from api.http.paths import API_V1
 from api.runs import events, team_stream
 from api.runs import records as runs
-from api.runs.event_hub import SseWriter, event_frame, install, notify_events, resume_from, serve_sse
+from api.runs.event_hub import SseWriter, event_frame, install, resume_from, serve_sse
 from store.models import Run, RunEvent
 
 
@@ -82,6 +82,4 @@ def setup(app: web.Application) -> None:
     app.router.add_get(API_V1 + "/agent/events", team_stream.team_events)
 
 
-# notify_events lives in api.runs.event_hub; it is named here only for the modules that still import it
-# from this one (api.claims, api.schedules, api.factories, api.management.replay, api.console.run_pages).
-__all__ = ["notify_events", "run_events", "setup", "stream_run"]
+__all__ = ["run_events", "setup", "stream_run"]

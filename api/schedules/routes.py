@@ -30,12 +30,11 @@ from api.context import CLOCK, sessions
 from api.errors import Conflict, ResourceNotFound
 from api.http.bodies import fail_on, field_error, read_json_object
 from api.http.paths import API_V1
-from api.runs.claim_signal import wake_claimers
 from api.runs.config import validate_config
+from api.runs.event_hub import runs_queued
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_PROMPT, validate_metadata
 from api.runs.routes import creator_of
-from api.runs.stream import notify_events
 from api.schedules.firing import start_run
 from api.schedules.serialize import automation_views, schedule_item
 from store import cron, ids
@@ -315,8 +314,7 @@ async def run_schedule_now(request: web.Request) -> web.Response:
             session, request.app[CLOCK].now(), row, resolver=request.app[SKILLS], creator=creator_of(who)
         )
         out = {"run_id": run.run_id, "task_id": run.run_id, "state": run.state, "at_capacity": False}
-    wake_claimers(request.app)
-    notify_events(request.app)
+    runs_queued(request.app)
     return web.json_response(out)
 
 

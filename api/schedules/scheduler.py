@@ -23,10 +23,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api.context import CLOCK, SESSIONS, SETTINGS
 from api.periodic import Lifecycle, periodic
 from api.problems import store_unavailable
-from api.runs.claim_signal import wake_claimers
+from api.runs.event_hub import runs_queued
 from api.runs.prepare import SKILLS
 from api.runs.skills import SkillResolver
-from api.runs.stream import notify_events
 from api.schedules.firing import DUE_COLUMNS, Due, Fired, fire
 from store.clock import Clock
 from store.models import Schedule
@@ -35,11 +34,6 @@ log = logging.getLogger("factoryctl.schedules")
 
 DEFAULT_INTERVAL_SECONDS = 5.0
 MAX_PER_TICK = 500  # more due schedules than this are fired by the following ticks
-
-
-def _queued(app: web.Application) -> None:
-    wake_claimers(app)
-    notify_events(app)
 
 
 async def fire_due(
@@ -91,6 +85,6 @@ def schedule_scheduler(interval_seconds: float = DEFAULT_INTERVAL_SECONDS) -> Li
             resolver = app.get(SKILLS) or SkillResolver(
                 settings.skills_source, settings.data_dir / "skills-cache"
             )
-        return await fire_due(app[SESSIONS], app[CLOCK], resolver, queued=lambda: _queued(app))
+        return await fire_due(app[SESSIONS], app[CLOCK], resolver, queued=lambda: runs_queued(app))
 
     return periodic("scheduler", interval_seconds, tick, log=log)

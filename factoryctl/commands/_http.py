@@ -17,12 +17,12 @@ stays cheap. The contract is documented in ``docs/cli.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from factoryctl import __version__
+from factoryctl.commands._output import print_json
 
 if TYPE_CHECKING:
     from factoryctl.client import FactoryClient
@@ -89,7 +89,7 @@ def run(ctx: CliContext, args: argparse.Namespace, action: Action) -> int:
         error_code = exc.error_code if problem is not None else "invalid_response"  # e.g. a proxy's HTML
         if as_json:
             fallback = {"status": exc.status_code, "error": exc.detail, "error_code": error_code}
-            _print_json(problem if problem is not None else fallback)
+            print_json(problem if problem is not None else fallback)
         print(f"error: {exc.detail} ({error_code})", file=sys.stderr)
         for item in exc.errors:
             print(f"  - {item.field}: {item.message}", file=sys.stderr)
@@ -114,10 +114,6 @@ def handler(action: Callable[[FactoryClient, argparse.Namespace], int | None]) -
 
 def _client_side(as_json: bool, message: str, error_code: str, exit_code: int) -> int:
     if as_json:
-        _print_json({"error": message, "error_code": error_code})
+        print_json({"error": message, "error_code": error_code})
     print(f"error: {message} ({error_code})", file=sys.stderr)
     return exit_code
-
-
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2))

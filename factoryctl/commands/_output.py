@@ -6,8 +6,15 @@ output never pay for it (docs/benchmarks.md, "CLI start-up").
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+
+def print_json(data: Any) -> None:
+    """A JSON answer on stdout, indented (``--format json`` of every HTTP verb)."""
+    print(json.dumps(data, indent=2))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

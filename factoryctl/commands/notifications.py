@@ -24,7 +24,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from factoryctl.commands._http import EXIT_REFUSED, UsageError, common_options, handler
-from factoryctl.commands._output import fields, table
+from factoryctl.commands._output import fields, print_json, table
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a verb runs, not for --help
     from factoryctl.client import FactoryClient, NotificationEndpoint, NotificationMessage
@@ -92,10 +92,6 @@ def register(sub: Any) -> None:  # argparse subparsers
 
 
 # --- output ----------------------------------------------------------------------------------------
-
-
-def _json(data: object) -> None:
-    print(json.dumps(data, indent=2))
 
 
 def _cell(value: object) -> str:
@@ -170,7 +166,7 @@ def endpoint_of(client: FactoryClient, factory: str, args: argparse.Namespace) -
 def _not_found(args: argparse.Namespace) -> int:
     message = f"no notification endpoint of factory {args.factory} has message {args.message_id!r}"
     if args.format == "json":
-        _json({"error": message, "error_code": "resource_not_found"})
+        print_json({"error": message, "error_code": "resource_not_found"})
     print(f"error: {message} (resource_not_found)", file=sys.stderr)
     return EXIT_REFUSED
 
@@ -181,7 +177,7 @@ def _not_found(args: argparse.Namespace) -> int:
 def _list(client: FactoryClient, args: argparse.Namespace) -> None:
     raw = client.with_raw_response.notifications.list(factory_uid(client, args.factory))
     if args.format == "json":
-        _json(raw.http_response.json())
+        print_json(raw.http_response.json())
         return
     found = raw.parse()
     if not found:
@@ -227,7 +223,7 @@ def _create(client: FactoryClient, args: argparse.Namespace) -> None:
         description=args.description,
     )
     if args.format == "json":
-        _json(created.raw)
+        print_json(created.raw)
     else:
         fields(endpoint_fields(created))
 
@@ -235,7 +231,7 @@ def _create(client: FactoryClient, args: argparse.Namespace) -> None:
 def _get(client: FactoryClient, args: argparse.Namespace) -> None:
     found = client.notifications.get(factory_uid(client, args.factory), args.endpoint)
     if args.format == "json":
-        _json(found.raw)
+        print_json(found.raw)
     else:
         fields(endpoint_fields(found))
 
@@ -244,7 +240,7 @@ def _toggle(client: FactoryClient, args: argparse.Namespace, enabled: bool) -> N
     factory = factory_uid(client, args.factory)
     changed = client.notifications.update(factory, args.endpoint, enabled=enabled)
     if args.format == "json":
-        _json(changed.raw)
+        print_json(changed.raw)
     else:
         print(f"{changed.id} ({changed.name}) {'enabled' if enabled else 'disabled'}")
 
@@ -260,7 +256,7 @@ def _disable(client: FactoryClient, args: argparse.Namespace) -> None:
 def _delete(client: FactoryClient, args: argparse.Namespace) -> None:
     client.notifications.delete(factory_uid(client, args.factory), args.endpoint)
     if args.format == "json":
-        _json({"id": args.endpoint, "deleted": True})
+        print_json({"id": args.endpoint, "deleted": True})
     else:
         print(f"deleted notification endpoint {args.endpoint}")
 
@@ -277,7 +273,7 @@ def _messages(client: FactoryClient, args: argparse.Namespace) -> None:
     )
     found = list(itertools.islice(pages, args.limit))
     if args.format == "json":
-        _json({"messages": [m.raw for m in found]})
+        print_json({"messages": [m.raw for m in found]})
         return
     if not found:
         print("no messages", file=sys.stderr)
@@ -292,7 +288,7 @@ def _attempts(client: FactoryClient, args: argparse.Namespace) -> int | None:
         return _not_found(args)
     detail = client.notifications.message(factory, endpoint, args.message_id)
     if args.format == "json":
-        _json(detail.raw)
+        print_json(detail.raw)
         return None
     fields(
         [
@@ -334,7 +330,7 @@ def _resend(client: FactoryClient, args: argparse.Namespace) -> int | None:
         return _not_found(args)
     queued = client.notifications.resend(factory, endpoint, args.message_id)
     if args.format == "json":
-        _json(queued.raw)
+        print_json(queued.raw)
     else:
         print(f"{queued.id} queued: one more attempt now, with the same webhook-id")
     return None

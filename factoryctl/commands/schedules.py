@@ -23,7 +23,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from factoryctl.commands._http import UsageError, common_options, handler
-from factoryctl.commands._output import fields, table
+from factoryctl.commands._output import fields, print_json, table
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a verb runs, not for --help
     from factoryctl.client import FactoryClient, RawResponse, ScheduledAgent
@@ -67,10 +67,6 @@ def register(sub: Any) -> None:  # argparse subparsers
 
 
 # --- output ----------------------------------------------------------------------------------------
-
-
-def _json(data: object) -> None:
-    print(json.dumps(data, indent=2))
 
 
 def wire(raw: RawResponse[Any]) -> Any:
@@ -158,7 +154,7 @@ def resolve(client: FactoryClient, ref: str) -> str:
 def _list(client: FactoryClient, args: argparse.Namespace) -> None:
     raw = client.with_raw_response.schedules.list()
     if args.format == "json":
-        _json(wire(raw))
+        print_json(wire(raw))
         return
     items = raw.parse()
     if not items:
@@ -170,7 +166,7 @@ def _list(client: FactoryClient, args: argparse.Namespace) -> None:
 def _get(client: FactoryClient, args: argparse.Namespace) -> None:
     item = client.schedules.get(resolve(client, args.schedule))
     if args.format == "json":
-        _json(item.raw)
+        print_json(item.raw)
     else:
         _show(item)
 
@@ -183,7 +179,7 @@ def _state(item: ScheduledAgent) -> str:
 
 def _print_state(args: argparse.Namespace, item: ScheduledAgent) -> None:
     if args.format == "json":
-        _json(item.raw)
+        print_json(item.raw)
     else:
         print(_state(item))
 
@@ -199,7 +195,7 @@ def _resume(client: FactoryClient, args: argparse.Namespace) -> None:
 def _run_now(client: FactoryClient, args: argparse.Namespace) -> None:
     raw = client.with_raw_response.schedules.run_now(resolve(client, args.schedule))
     if args.format == "json":
-        _json(wire(raw))
+        print_json(wire(raw))
         return
     started = raw.parse()
     print(started.run_id)  # alone on stdout: RUN=$(factoryctl schedules run-now nightly)
@@ -211,7 +207,7 @@ def _delete(client: FactoryClient, args: argparse.Namespace) -> None:
     schedule_id = resolve(client, args.schedule)
     raw = client.with_raw_response.schedules.delete(schedule_id)
     if args.format == "json":
-        _json(wire(raw))
+        print_json(wire(raw))
     else:
         print(f"deleted schedule {schedule_id}")
 
@@ -251,6 +247,6 @@ def create_request(args: argparse.Namespace) -> dict[str, Any]:
 def _create(client: FactoryClient, args: argparse.Namespace) -> None:
     item = client.schedules.create(**create_request(args))
     if args.format == "json":
-        _json(item.raw)
+        print_json(item.raw)
     else:
         _show(item)

@@ -21,7 +21,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from factoryctl.commands._http import UsageError, common_options, handler
-from factoryctl.commands._output import fields, table
+from factoryctl.commands._output import fields, print_json, table
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a verb runs, not for --help
     from factoryctl.client import Delivery, FactoryClient, FilterTestResult, Webhook, WebhookWithSecret
@@ -106,10 +106,6 @@ def register(sub: Any) -> None:  # argparse subparsers
 # --- output ----------------------------------------------------------------------------------------
 
 
-def _json(data: object) -> None:
-    print(json.dumps(data, indent=2))
-
-
 def _stamp(model: Webhook | Delivery, key: str) -> str:
     """A timestamp exactly as the server wrote it (RFC 3339, UTC)."""
     value = model.raw.get(key)
@@ -137,7 +133,7 @@ def _webhook_fields(hook: Webhook) -> list[tuple[str, object]]:
 
 def _show_secret(hook: WebhookWithSecret, args: argparse.Namespace, what: str) -> None:
     if args.format == "json":
-        _json(hook.raw)
+        print_json(hook.raw)
         return
     fields(_webhook_fields(hook))
     if hook.ingress_url_with_token:
@@ -187,7 +183,7 @@ def _create(client: FactoryClient, args: argparse.Namespace) -> None:
 def _list(client: FactoryClient, args: argparse.Namespace) -> None:
     hooks = list(client.webhooks.iter(args.factory_uid, limit=100))
     if args.format == "json":
-        _json({"webhooks": [h.raw for h in hooks]})
+        print_json({"webhooks": [h.raw for h in hooks]})
         return
     if not hooks:
         print("no webhooks", file=sys.stderr)
@@ -202,7 +198,7 @@ def _list(client: FactoryClient, args: argparse.Namespace) -> None:
 def _get(client: FactoryClient, args: argparse.Namespace) -> None:
     hook = client.webhooks.get(args.factory_uid, args.webhook_uid)
     if args.format == "json":
-        _json(hook.raw)
+        print_json(hook.raw)
     else:
         fields(_webhook_fields(hook))
 
@@ -210,7 +206,7 @@ def _get(client: FactoryClient, args: argparse.Namespace) -> None:
 def _toggle(client: FactoryClient, args: argparse.Namespace, enabled: bool) -> None:
     hook = client.webhooks.update(args.factory_uid, args.webhook_uid, enabled=enabled)
     if args.format == "json":
-        _json(hook.raw)
+        print_json(hook.raw)
     else:
         print(f"{hook.uid} ({hook.name}) {'enabled' if enabled else 'disabled'}")
 
@@ -236,7 +232,7 @@ def _rotate(client: FactoryClient, args: argparse.Namespace) -> None:
 def _delete(client: FactoryClient, args: argparse.Namespace) -> None:
     client.webhooks.delete(args.factory_uid, args.webhook_uid)
     if args.format == "json":
-        _json({"uid": args.webhook_uid, "deleted": True})
+        print_json({"uid": args.webhook_uid, "deleted": True})
     else:
         print(f"deleted webhook {args.webhook_uid}")
 
@@ -252,7 +248,7 @@ def _deliveries(client: FactoryClient, args: argparse.Namespace) -> None:
     )
     found: list[Delivery] = list(itertools.islice(pages, args.limit))
     if args.format == "json":
-        _json({"deliveries": [d.raw for d in found]})
+        print_json({"deliveries": [d.raw for d in found]})
         return
     if not found:
         print("no deliveries", file=sys.stderr)
@@ -267,7 +263,7 @@ def _deliveries(client: FactoryClient, args: argparse.Namespace) -> None:
 def _delivery(client: FactoryClient, args: argparse.Namespace) -> None:
     entry = client.deliveries.get(args.factory_uid, args.webhook_uid, args.delivery_id)
     if args.format == "json":
-        _json(entry.raw)
+        print_json(entry.raw)
         return
     fields(
         [
@@ -291,7 +287,7 @@ def _replay(client: FactoryClient, args: argparse.Namespace) -> None:
         args.factory_uid, args.webhook_uid, args.delivery_id, automation_id=args.automation_id
     )
     if args.format == "json":
-        _json(done.raw)
+        print_json(done.raw)
         return
     print(f"replayed {done.replay_of} as {done.delivery_id}: {len(done.runs)} run(s) started")
     if done.runs:
@@ -305,7 +301,7 @@ def _test_filter(client: FactoryClient, args: argparse.Namespace) -> None:
         args.factory_uid, args.automation_uid, args.delivery_id, webhook_uid=args.webhook
     )
     if args.format == "json":
-        _json(result.raw)
+        print_json(result.raw)
         return
     print(result.result)
     for label, check in (("webhook check", result.webhook_check), ("payload check", result.payload_check)):
