@@ -21,8 +21,10 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python -m factoryctl.demo --data-dir $(DATA) example-factory
 
+# The suite runs on every core, up to 4 (pytest-xdist; a module stays on one worker, so its module-scoped
+# servers start once). Each worker has its own SQLite files and its own PostgreSQL template database.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -n auto --maxprocesses=4 --dist loadfile tests
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
