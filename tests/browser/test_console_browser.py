@@ -14,19 +14,13 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from console_support import sign_in
 from playwright.sync_api import Dialog, Page, expect
 from serve_support import Served, free_port, run_cli
 
 pytestmark = pytest.mark.slow
 
 XSS = "<img src=x onerror=alert(1)>"
-
-
-def sign_in(page: Page, served: Served, key: str) -> None:
-    page.goto(served.url + "/console/login")
-    page.fill("#api_key", key)
-    page.click("button[type=submit]")
-    page.wait_for_url("**/console/factories")
 
 
 @contextlib.contextmanager

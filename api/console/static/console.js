@@ -15,7 +15,9 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   // A value shown once (<section data-shown-once>) is the response to a POST: make this history entry a
   // plain GET of the page, so that a reload neither shows the value again nor submits the form again.
-  if (document.querySelector("[data-shown-once]")) history.replaceState(null, "", location.href);
+  // data-shown-once="/console/…" names that page when the form posted to another URL (rotate-secret).
+  const shownOnce = document.querySelector("[data-shown-once]");
+  if (shownOnce) history.replaceState(null, "", shownOnce.dataset.shownOnce || location.href);
   // Confirmations: <form data-confirm="Delete webhook x?">
   for (const form of document.querySelectorAll("form[data-confirm]")) {
     form.addEventListener("submit", (event) => {
