@@ -117,6 +117,9 @@ def accept_in(
         for p in batch
     ]
     rows = [{**e, "status": ACCEPTED, "payload": p.raw} for e, p in zip(entries, batch, strict=True)]
+    # In identity order (stable: the first of equal identities stays first), so concurrent batches take
+    # the unique index's entries in one order and cannot deadlock each other.
+    rows.sort(key=lambda r: (r["webhook_uid"], r["delivery_id"]))
     inserted = {(uid, did) for uid, did in conn.execute(_ACCEPT[conn.dialect.name], rows).all()}
     won: list[int] = []
     for index, p in enumerate(batch):
@@ -229,18 +232,21 @@ def _record_statement(
 
 
 class Writer:
-    """Runs accept transactions: per request on PostgreSQL, through one group-commit task on SQLite.
+    """Runs accept transactions in groups: deliveries that arrive together commit as one transaction.
 
-    SQLite has one write lock per database. Concurrent write transactions would wait for it in SQLite's
-    busy handler, which sleeps in growing steps (milliseconds to 100 ms) and wrecks tail latency. So on
-    SQLite one task owns ingress writes: requests queue their :class:`Pending` delivery and await a
-    future; the task takes everything queued so far (up to ``max_batch``), commits it as one
-    transaction and only then resolves the futures, so a 202 still means "committed". If a batch fails,
-    its deliveries are retried one by one, so one bad delivery cannot fail its neighbours. Rejection log
-    entries are serialised with the batches.
+    Requests queue their :class:`Pending` delivery and await a future; a committer task takes everything
+    queued so far (up to ``max_batch``), commits it as one transaction and only then resolves the futures,
+    so a 202 still means "committed" (docs/ingress.md, "Group commit"). If a batch fails, its deliveries
+    are retried one by one, so one bad delivery cannot fail its neighbours.
 
-    With ``direct`` (a file-backed SQLite database, :mod:`api.ingress.direct`) each batch runs as one call
-    on the dedicated writer thread; otherwise through ``sessions`` under an asyncio lock.
+    - SQLite has one write lock per database; concurrent write transactions would wait for it in SQLite's
+      busy handler, which sleeps in growing steps (up to 100 ms) and wrecks tail latency. So one committer
+      (``committers=1``) owns every ingress write, rejection log entries included. With ``direct`` (a
+      file-backed database, :mod:`api.ingress.direct`) each batch is one call on the writer thread.
+    - PostgreSQL takes concurrent writers, and a commit's cost is mostly its round trips and WAL flush, so
+      several committers keep batches in flight while the next group gathers. A batch inserts its
+      deliveries in (webhook, delivery ID) order, so two batches holding the same identities wait on each
+      other in one order and never deadlock. Rejections are logged in their own short transactions.
     """
 
     def __init__(
@@ -249,24 +255,28 @@ class Writer:
         clock: Clock,
         filters: lookup.FilterCache,
         *,
-        group_commit: bool,
+        committers: int = 1,
         max_batch: int = 64,
         direct: DirectSqlite | None = None,
     ) -> None:
+        if committers < 1:
+            raise ValueError("committers must be at least 1")
         self._sessions, self._clock, self._filters = sessions, clock, filters
-        self._group_commit, self._max_batch = group_commit, max_batch
-        self._direct = direct if group_commit else None
+        self._committers, self._max_batch = committers, max_batch
+        self._direct = direct
+        self._serial = committers == 1  # one committer: rejections join the same queue of writes
         self._lock = asyncio.Lock()
         self._queue: asyncio.Queue[tuple[Pending, asyncio.Future[Committed]] | None] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
-    async def accept(self, session: AsyncSession, pending: Pending) -> Committed:
-        if not self._group_commit:
-            return (await accept(session, self._clock, [pending], self._filters))[0]
+    async def accept(self, pending: Pending) -> Committed:
         future: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((pending, future))
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="ingress-group-commit")
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._run(), name=f"ingress-group-commit-{i}")
+                for i in range(self._committers)
+            ]
         return await future
 
     async def record(
@@ -284,25 +294,25 @@ class Writer:
             await self._direct.write(lambda conn: conn.execute(statement))
             return
         entry: dict[str, Any] = {"delivery_id": delivery_id, "status": status, "size": size, "detail": detail}
-        if not self._group_commit:
+        if not self._serial:
             await record(session, self._clock, webhook, **entry)
             return
         async with self._lock:
             await record(session, self._clock, webhook, **entry)
 
     async def close(self) -> None:
-        """Commit what is queued, then stop the group-commit task."""
-        if self._task is not None:
+        """Commit what is queued, then stop the committer tasks."""
+        tasks, self._tasks = self._tasks, []
+        for _ in tasks:
             self._queue.put_nowait(None)
-            await self._task
-            self._task = None
+        await asyncio.gather(*tasks)
 
     async def _run(self) -> None:
         while (item := await self._queue.get()) is not None:
             batch = [item]
             while len(batch) < self._max_batch and not self._queue.empty():
                 following = self._queue.get_nowait()
-                if following is None:
+                if following is None:  # closing: commit what was taken, then stop
                     await self._commit(batch)
                     return
                 batch.append(following)
@@ -312,7 +322,10 @@ class Writer:
         if self._direct is not None:
             clock, filters = self._clock, self._filters
             return await self._direct.write(lambda conn: accept_in(conn, clock, batch, filters))
-        async with self._lock, self._sessions() as session:
+        if self._serial:
+            async with self._lock, self._sessions() as session:
+                return await accept(session, self._clock, batch, self._filters)
+        async with self._sessions() as session:
             return await accept(session, self._clock, batch, self._filters)
 
     async def _commit(self, batch: list[tuple[Pending, asyncio.Future[Committed]]]) -> None:

@@ -56,6 +56,8 @@ from store.db import session_factory
 TOKEN, URL_TOKEN, SIGNATURE = "token", "url_token", "signature"
 _CHUNK = 64 * 1024
 _NOT_FOUND = "no webhook accepts deliveries at this URL"
+# Accept transactions in flight at once on PostgreSQL (each holds one pooled connection while it commits).
+_PG_COMMITTERS = 4
 
 
 @dataclass
@@ -167,7 +169,7 @@ async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession
         await failed.record(delivery_id, pipeline.REJECTED_JSON, len(raw), str(exc))
         raise BadRequest(f"body is not valid JSON: {exc}") from None
     # (10) Accept: log entry and runs in one transaction; 202 only after it committed.
-    committed = await ingress.writer.accept(session, pipeline.Pending(webhook, delivery_id, raw, payload))
+    committed = await ingress.writer.accept(pipeline.Pending(webhook, delivery_id, raw, payload))
     ingress.count("duplicate" if committed.duplicate else "accepted")
     if committed.run_ids:
         runs_queued(request.app)  # queued runs reach waiting workers now, not at their next poll
@@ -338,7 +340,11 @@ def setup(app: web.Application) -> None:
         secrets=SecretCache(app[BOX]),
         filters=filters,
         writer=pipeline.Writer(
-            app[SESSIONS], app[CLOCK], filters, group_commit=engine.dialect.name == "sqlite", direct=direct
+            app[SESSIONS],
+            app[CLOCK],
+            filters,
+            committers=1 if engine.dialect.name == "sqlite" else _PG_COMMITTERS,
+            direct=direct,
         ),
         outcomes=MetricCounter(
             "factoryctl_ingress_deliveries",

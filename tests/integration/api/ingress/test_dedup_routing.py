@@ -237,20 +237,20 @@ async def test_many_automations_on_one_webhook(ingress) -> None:
     assert len(await ingress.runs(hook)) == 10
 
 
-async def test_group_commit_batches_and_isolates_a_failing_delivery(ingress) -> None:
+@pytest.mark.parametrize("committers", [1, 4])
+async def test_group_commit_batches_and_isolates_a_failing_delivery(ingress, committers: int) -> None:
     hook = await ingress.webhook()
     await ingress.automation("triage", [hook])
     async with ingress.sessions() as s:
         row = await find_webhook(s, hook.uid)
     assert row is not None
-    writer = Writer(ingress.sessions, ingress.clock, FilterCache(), group_commit=True)
+    writer = Writer(ingress.sessions, ingress.clock, FilterCache(), committers=committers)
     good = [Pending(row, f"g{i}", b'{"i": 1}', {"i": 1}) for i in range(4)]
     bad = Pending(row, None, b"{}", {})  # type: ignore[arg-type]  # violates NOT NULL: fails its batch
-    async with ingress.sessions() as s:
-        results = await asyncio.gather(
-            *(writer.accept(s, p) for p in [good[0], good[1], bad, good[2], good[3], good[0]]),
-            return_exceptions=True,
-        )
+    results = await asyncio.gather(
+        *(writer.accept(p) for p in [good[0], good[1], bad, good[2], good[3], good[0]]),
+        return_exceptions=True,
+    )
     await writer.close()
     assert isinstance(results[2], Exception)
     assert [
@@ -264,3 +264,23 @@ async def test_group_commit_batches_and_isolates_a_failing_delivery(ingress) -> 
     ]
     assert await ingress.statuses(hook) == ["Accepted"] * 4 + ["Duplicate"]
     assert len(await ingress.runs(hook)) == 4
+
+
+async def test_concurrent_batches_with_shared_identities_accept_each_once(ingress) -> None:
+    """Several committers in flight (PostgreSQL's setting), batches holding the same identities in opposite
+    orders: each identity is Accepted once with one run, every other copy is a Duplicate, nothing fails."""
+    hook = await ingress.webhook()
+    await ingress.automation("triage", [hook])
+    async with ingress.sessions() as s:
+        row = await find_webhook(s, hook.uid)
+    assert row is not None
+    writer = Writer(ingress.sessions, ingress.clock, FilterCache(), committers=4, max_batch=8)
+    ids = [f"d{i:02d}" for i in range(24)]
+    copies = [Pending(row, d, b"{}", {}) for d in [*ids, *reversed(ids), *ids[::2], *reversed(ids[1::2])]]
+    results = await asyncio.gather(*(writer.accept(p) for p in copies))
+    await writer.close()
+    accepted = sorted(r.delivery_id for r in results if not r.duplicate)
+    assert accepted == ids
+    assert sum(len(r.run_ids) for r in results) == len(ids)
+    assert sorted(await ingress.statuses(hook)) == sorted(["Accepted"] * 24 + ["Duplicate"] * 48)
+    assert len(await ingress.runs(hook)) == 24
