@@ -232,6 +232,14 @@ async def _run_aiohttp(url: str, duration: float, connections: int, prefix: str)
     }
 
 
+def _profile(pid: int, args: argparse.Namespace) -> subprocess.Popen[bytes]:
+    """``py-spy record`` of the server ``pid`` (all threads, idle frames dropped) for the measured run."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    cmd = [spy, "record", "--pid", str(pid), "--format", "raw", "--output", args.profile]
+    cmd += ["--duration", str(max(1, round(args.duration))), "--rate", "250", "--nonblocking"]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _drive(url: str, args: argparse.Namespace, prefix: str) -> dict[str, float]:
     if args.runner == "wrk" or (args.runner == "auto" and shutil.which("wrk")):
         return _run_wrk(url, args.duration, args.connections, prefix)
@@ -304,6 +312,11 @@ def main() -> None:
     parser.add_argument("--automations", type=int, default=1, help="matching automations (runs per delivery)")
     parser.add_argument("--runner", choices=("auto", "wrk", "aiohttp"), default="auto")
     parser.add_argument("--database", help="store URL for the real app (an empty database; default SQLite)")
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="py-spy record the real server during the measured run (collapsed stacks)",
+    )
     parser.add_argument("--serve", choices=("real", "bare"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
@@ -329,7 +342,10 @@ def main() -> None:
                 _wait_port(port, proc)
                 url = f"http://127.0.0.1:{port}/webhooks/w/{hook_uid}"
                 _drive(url, argparse.Namespace(**{**vars(args), "duration": 1.0}), f"warm-{kind}-")
+                spy = _profile(proc.pid, args) if kind == "real" and args.profile else None
                 results[kind] = _drive(url, args, f"{kind}-")
+                if spy is not None:
+                    spy.wait(30)
             finally:
                 proc.terminate()
                 proc.wait(10)
