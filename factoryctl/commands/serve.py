@@ -26,6 +26,15 @@ def register(sub: Any) -> None:
     p.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="listen port (default 8080)")
     p.add_argument("--workers", type=int, default=None, help="service-hosted workers (default 2; 0 = none)")
+    p.add_argument(
+        "--processes",
+        default=None,
+        metavar="N|auto",
+        help="server processes sharing the port (default 1; auto = one per CPU); more than 1 needs "
+        "PostgreSQL. The first runs migrations and every background job, the others serve HTTP only",
+    )
+    # A secondary of --processes N, started by the primary: FD is its end of their channel.
+    p.add_argument("--secondary", type=int, default=None, metavar="FD", help=argparse.SUPPRESS)
     p.add_argument("--harness", choices=("echo", "command"), default=None, help="service-hosted harness")
     p.add_argument(
         "--command", dest="harness_command", default=None, metavar="CMD", help="command harness CLI"
@@ -57,8 +66,13 @@ def register(sub: Any) -> None:
 
 
 def _serve(ctx: CliContext, args: argparse.Namespace) -> int:
-    from factoryctl.serve.process import ServeOptions, run_server
+    from factoryctl.serve.process import ServeOptions, run_secondary, run_server
 
+    if args.secondary is not None:  # its configuration comes from the primary, not from flags or env
+        try:
+            return asyncio.run(run_secondary(args.secondary))
+        except KeyboardInterrupt:
+            return 0
     try:
         options = ServeOptions.from_args(ctx, args)
         _check_git_locations(options.git_url, options.branch, options.settings.skills_source)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import json
 import logging
 import os
+import pickle
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.app import ROUTE_MODULES, Lifecycle, create_app
 from api.claims.reaper import lease_reaper
-from api.context import ServerSettings
+from api.context import RECONCILE, ReconcilerHealth, ReconcileTrigger, ServerSettings
 from api.ingress.retention import retention_job
 from api.management.validate import VALIDATOR
 from api.notifications.policy import NotificationSettings
@@ -27,6 +29,14 @@ from api.ops import JsonAccessLogger
 from api.redaction import install_log_redaction
 from api.schedules.scheduler import schedule_scheduler
 from factoryctl.context import CliContext
+from factoryctl.serve.group import (
+    Message,
+    PrimaryLink,
+    StartFailed,
+    Supervisor,
+    parse_processes,
+    tag_log_lines,
+)
 from factoryctl.serve.local_workers import service_workers
 from factoryctl.serve.reconcile import make_source, reconciler_lifecycle
 from factoryctl.serve.validation import make_validator
@@ -64,6 +74,7 @@ class ServeOptions:
     branch: str = "main"
     poll_interval: float = 30.0
     workers: int = 2
+    processes: int = 1  # --processes: 1 primary + (processes - 1) secondaries (docs/operations.md)
     harness: str = "echo"
     harness_command: str | None = None
     db_connect_attempts: int = 8
@@ -111,6 +122,15 @@ class ServeOptions:
         command = pick(args.harness_command, "COMMAND", None)
         if harness == "command" and not command:
             raise ValueError("--harness command needs --command CMD")
+        processes = parse_processes(str(pick(args.processes, "PROCESSES", "1")))
+        if processes > 1 and ctx.database_url.strip().lower().startswith("sqlite"):
+            raise ValueError(
+                f"--processes {processes} needs PostgreSQL (--database postgresql://...): a SQLite store "
+                "has one writer, and ingress commits its deliveries in batches within one process; "
+                "serve a SQLite store with --processes 1"
+            )
+        if processes > 1 and settings.port == 0:
+            raise ValueError(f"--processes {processes} needs a fixed --port (each process listens on it)")
         return cls(
             settings=settings,
             team=args.team,
@@ -119,6 +139,7 @@ class ServeOptions:
             branch=args.branch,
             poll_interval=parse_duration(args.poll_interval),
             workers=workers,
+            processes=processes,
             harness=harness,
             harness_command=command,
             env=dict(env),
@@ -204,11 +225,67 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
     return out
 
 
-async def run_server(ctx: CliContext, options: ServeOptions) -> int:
+def _configure_logging(index: int | None) -> None:
+    """JSON lines on stderr; ``index`` (several processes) tags each line with the process that wrote it."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("watchfiles").setLevel(logging.WARNING)
+    if index is not None:
+        tag_log_lines(index)
     install_log_redaction()  # no credential in any log line, aiohttp's parser errors included
+
+
+def _runner(app: web.Application) -> web.AppRunner:
+    return web.AppRunner(
+        app, access_log_class=JsonAccessLogger, handle_signals=False, shutdown_timeout=DRAIN_SECONDS / 2
+    )
+
+
+def _listen_error(settings: ServerSettings, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {settings.port} on {settings.host} is already in use"
+    return f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}"
+
+
+async def _listen(runner: web.AppRunner, settings: ServerSettings, *, shared: bool) -> str | None:
+    """Listen on host:port (``shared``: with SO_REUSEPORT, next to the other processes of the group);
+    an error message when it cannot."""
+    site = web.TCPSite(
+        runner, settings.host, settings.port, reuse_address=True, reuse_port=True if shared else None
+    )
+    try:
+        await site.start()
+    except OSError as exc:
+        return _listen_error(settings, exc)
+    return None
+
+
+async def _port_taken(settings: ServerSettings) -> str | None:
+    """Whether something listens on host:port already. A bind with SO_REUSEPORT would succeed next to
+    another server of the same user and silently share its port; this probe binds without it."""
+    loop = asyncio.get_running_loop()
+    try:
+        probe = await loop.create_server(
+            asyncio.Protocol, settings.host, settings.port, reuse_address=True, start_serving=False
+        )
+    except OSError as exc:
+        return _listen_error(settings, exc)
+    probe.close()
+    await probe.wait_closed()
+    return None
+
+
+def _stop_on_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def run_server(ctx: CliContext, options: ServeOptions) -> int:
+    """The primary (and, with ``--processes 1``, only) process: migrate, bootstrap the admin key, run the
+    background jobs, serve HTTP and, with ``--processes N``, supervise N-1 secondaries."""
+    several = options.processes > 1
+    _configure_logging(0 if several else None)
     settings = options.settings
     try:
         box = ctx.secret_box()
@@ -224,33 +301,191 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
     )
     app[NOTIFICATION_SETTINGS] = options.notifications
     app[VALIDATOR] = make_validator(box)  # POST /factory-files/validate (api/ must not import the reconciler)
-    runner = web.AppRunner(
-        app, access_log_class=JsonAccessLogger, handle_signals=False, shutdown_timeout=DRAIN_SECONDS / 2
-    )
+    runner = _runner(app)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
-    try:
-        await site.start()
-    except OSError as exc:
+    problem = await _port_taken(settings) if several else None
+    problem = problem or await _listen(runner, settings, shared=several)
+    if problem is not None:
         await runner.cleanup()
         await engine.dispose()
-        if exc.errno == errno.EADDRINUSE:
-            print(f"error: port {settings.port} on {settings.host} is already in use", file=sys.stderr)
-        else:
-            print(f"error: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
+        print(f"error: {problem}", file=sys.stderr)
         return 1
-    print(f"factoryctl serving on {settings.base_url}", file=sys.stderr, flush=True)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    _stop_on_signals(stop)
+    group: Supervisor | None = None
+    sharing: asyncio.Task[None] | None = None
+    code = 0
     try:
-        await stop.wait()
+        if several:
+            group = _secondaries(ctx, options, app[RECONCILE])
+            code = await _start(group, stop)
+            sharing = asyncio.create_task(_share_reconciler_state(app[RECONCILE], group))
+        if code == 0 and not stop.is_set():
+            count = f" ({options.processes} processes)" if several else ""
+            print(f"factoryctl serving on {settings.base_url}{count}", file=sys.stderr, flush=True)
+        if code == 0:
+            await stop.wait()
     finally:
         print("factoryctl shutting down", file=sys.stderr, flush=True)
+        if sharing is not None:
+            sharing.cancel()
         # Graceful: stop listening, close idle keep-alive connections, wait for in-flight handlers (at
         # most DRAIN_SECONDS), then stop background work (cleanup_ctx) - the ingress writer last commits
-        # what its requests queued - and only then close the database.
+        # what its requests queued - and only then close the database. Secondaries drain alike, meanwhile.
+        if group is None:
+            await runner.cleanup()
+        else:
+            outcomes = await asyncio.gather(
+                runner.cleanup(), group.stop(SECONDARY_STOP_SECONDS), return_exceptions=True
+            )
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    await engine.dispose()
+                    raise outcome
+        await engine.dispose()
+    return code
+
+
+# --- several processes (docs/operations.md, "Several processes") -------------------------------------------
+
+# A secondary drains like the primary (at most DRAIN_SECONDS) and has no background work to stop.
+SECONDARY_STOP_SECONDS = DRAIN_SECONDS + 10.0
+STATE_POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class SecondaryConfig:
+    """What a secondary gets from its primary: the primary's resolved settings, nothing read again."""
+
+    index: int
+    ctx: CliContext
+    settings: ServerSettings
+    notifications: NotificationSettings
+
+
+def _reconciler_state(trigger: ReconcileTrigger) -> Message:
+    if trigger.force is None:
+        return {"reconciler": None}
+    health = trigger.health() if trigger.health is not None else ReconcilerHealth(True)
+    return {
+        "reconciler": {
+            "source": trigger.source,
+            "healthy": health.healthy,
+            "reason": health.reason,
+            "running": health.running,
+        }
+    }
+
+
+def _follow_reconciler(trigger: ReconcileTrigger, state: Any, link: PrimaryLink) -> None:
+    """A secondary's view of the primary's reconciler: ``/readyz`` reports it and ``POST
+    .../reconcile`` wakes it, as in the primary."""
+    if not isinstance(state, dict):
+        trigger.source, trigger.force, trigger.health = None, None, None
+        return
+    health = ReconcilerHealth(
+        bool(state.get("healthy")), str(state.get("reason") or ""), bool(state.get("running"))
+    )
+    trigger.source = str(state.get("source") or "")
+    trigger.force = lambda: link.send({"reconcile": True})
+    trigger.health = lambda: health
+
+
+def _secondaries(ctx: CliContext, options: ServeOptions, trigger: ReconcileTrigger) -> Supervisor:
+    def config(index: int) -> bytes:
+        return pickle.dumps(SecondaryConfig(index, ctx, options.settings, options.notifications))
+
+    def on_message(index: int, message: Message) -> None:
+        if message.get("reconcile") and trigger.force is not None:
+            trigger.force()
+
+    return Supervisor(
+        options.processes - 1,
+        config,
+        env=ctx.env,
+        greeting=lambda: _reconciler_state(trigger),
+        on_message=on_message,
+    )
+
+
+async def _start(group: Supervisor, stop: asyncio.Event) -> int:
+    """Start the secondaries: 0 once all listen (or when stopped meanwhile), 1 when one cannot start."""
+    starting = asyncio.create_task(group.start())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not starting.done():
+        starting.cancel()
+        await asyncio.wait({starting})
+        return 0
+    try:
+        starting.result()
+    except StartFailed as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+async def _share_reconciler_state(trigger: ReconcileTrigger, group: Supervisor) -> None:
+    last = _reconciler_state(trigger)
+    while True:
+        await asyncio.sleep(STATE_POLL_SECONDS)
+        now = _reconciler_state(trigger)
+        if now != last:
+            group.broadcast(now)
+            last = now
+
+
+async def run_secondary(fd: int) -> int:
+    """A secondary of ``serve --processes N`` (started by the primary with ``--secondary FD``): HTTP only -
+    no migration, no key bootstrap, no background job - until SIGTERM/SIGINT or the primary's end."""
+    try:
+        link, raw, first = await PrimaryLink.connect(fd)
+        config = pickle.loads(raw)  # noqa: S301 - from the primary, over a socketpair only the two hold
+    except (OSError, EOFError, asyncio.IncompleteReadError, pickle.UnpicklingError) as exc:
+        print(f"error: no configuration from the primary process ({exc!r})", file=sys.stderr)
+        return 1
+    if not isinstance(config, SecondaryConfig):
+        print("error: no configuration from the primary process", file=sys.stderr)
+        return 1
+    _configure_logging(config.index)
+    settings = config.settings
+    try:
+        box = config.ctx.secret_box()
+    except Exception as exc:
+        log.error(json.dumps({"msg": "cannot start", "error": str(exc)}))
+        return 1
+    engine = create_engine(config.ctx.database_url)  # migrated by the primary
+    app = create_app(settings, engine, box, route_modules=ROUTE_MODULES)
+    app[NOTIFICATION_SETTINGS] = config.notifications
+    app[VALIDATOR] = make_validator(box)
+    trigger = app[RECONCILE]
+
+    def from_primary(message: Message) -> None:
+        if "reconciler" in message:
+            _follow_reconciler(trigger, message["reconciler"], link)
+
+    from_primary(first)
+    runner = _runner(app)
+    await runner.setup()
+    problem = await _listen(runner, settings, shared=True)
+    if problem is not None:
+        log.error(json.dumps({"msg": "cannot listen", "error": problem}))
         await runner.cleanup()
+        await engine.dispose()
+        return 1
+    link.send({"ready": os.getpid()})
+    stop = asyncio.Event()
+    _stop_on_signals(stop)
+    following = asyncio.create_task(link.follow(from_primary))
+    following.add_done_callback(lambda _task: stop.set())  # end of file: the primary is gone
+    try:
+        await stop.wait()
+        if following.done():
+            log.warning(json.dumps({"msg": "primary process gone; stopping"}))
+    finally:
+        following.cancel()
+        await runner.cleanup()
+        link.close()
         await engine.dispose()
     return 0
