@@ -38,8 +38,13 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     url = normalize_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
+        if parsed.database and parsed.database != ":memory:":  # (in memory: one static connection)
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            # A fixed pool here too: an overflow connection is closed when it is returned, and a handler
+            # cancelled at shutdown in the middle of that close left a traceback in the log.
+            kwargs.setdefault("pool_size", 20)
+            kwargs.setdefault("max_overflow", 0)
+            kwargs.setdefault("pool_timeout", 10)
         engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
 
         @event.listens_for(engine.sync_engine, "connect")
