@@ -53,8 +53,12 @@ fuzz: $(STAMP)
 screenshots: $(STAMP)
 	$(BIN)/python tools/screenshots.py --out docs/console
 
+# `make bench` lists the benchmarks; `make bench BENCH=console ARGS="--database-url postgresql://..."` runs one
+# (bench/NAME.py --help; figures and commands: docs/benchmarks.md).
+BENCH ?=
+ARGS ?=
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH) $(ARGS)
 
 clean:
 	rm -rf $(VENV) .factory .pytest_cache .mypy_cache .ruff_cache

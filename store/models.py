@@ -370,6 +370,22 @@ class Run(Base):
         Index("ix_runs_team_created", "team_id", "created_at", "run_id"),
         Index("ix_runs_team_title", "team_id", "title", "run_id"),
         Index("ix_runs_team_state_updated", "team_id", "state", "updated_at", "run_id"),
+        # The console's runs list (newest created first) with each equality filter of its form: the filter's
+        # rows in page order, so a rare or absent value costs an index seek, not a scan of the team's runs
+        # (docs/benchmarks.md, "Console pages at scale"). The config-name one also serves the skills catalog.
+        Index("ix_runs_team_state_created", "team_id", "state", "created_at", "run_id"),
+        Index("ix_runs_team_source_created", "team_id", "source", "created_at", "run_id"),
+        Index("ix_runs_team_factory_created", "team_id", "factory_uid", "created_at", "run_id"),
+        Index("ix_runs_team_config_created", "team_id", "config_name", "created_at", "run_id"),
+        Index("ix_runs_team_creator_created", "team_id", "creator_uid", "created_at", "run_id"),
+        # The runs a webhook's deliveries started (the delivery log, the console's webhook page, replay).
+        Index(
+            "ix_runs_webhook_delivery",
+            "webhook_uid",
+            "delivery_id",
+            sqlite_where=text("delivery_id IS NOT NULL"),
+            postgresql_where=text("delivery_id IS NOT NULL"),
+        ),
         # Claim queue: oldest QUEUED run for a worker host.
         Index("ix_runs_queue", "state", "worker_host", "queued_at"),
         Index("ix_runs_lease", "state", "lease_expires_at"),
@@ -387,7 +403,7 @@ class Run(Base):
     session_id: Mapped[str | None] = mapped_column(String(100))
     session_link: Mapped[str | None] = mapped_column(String(1000))
     agent_config: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    config_name: Mapped[str | None] = mapped_column(String(200), index=True)
+    config_name: Mapped[str | None] = mapped_column(String(200))
     model_id: Mapped[str | None] = mapped_column(String(200))
     source: Mapped[str] = mapped_column(String(30))  # API | CLI | CUSTOM_WEBHOOK | FACTORY | SCHEDULED_AGENT
     creator_type: Mapped[str] = mapped_column(String(30))  # user | service_account
@@ -395,7 +411,7 @@ class Run(Base):
     creator_display_name: Mapped[str | None] = mapped_column(String(200))
     status_message: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     run_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
-    factory_uid: Mapped[str | None] = mapped_column(String(40), index=True)
+    factory_uid: Mapped[str | None] = mapped_column(String(40))
     automation_id: Mapped[str | None] = mapped_column(String(40))
     webhook_uid: Mapped[str | None] = mapped_column(String(40))
     delivery_id: Mapped[str | None] = mapped_column(String(300))
