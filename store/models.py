@@ -179,6 +179,17 @@ class Webhook(Base):
     deleted_at: Mapped[dt.datetime | None]
 
 
+class IngressGeneration(Base):
+    """One row (``id`` 1) whose ``value`` the database bumps, in the same transaction, whenever a row of
+    ``webhooks`` or ``secrets`` changes - triggers of migration 0008, whoever the writer is. Ingress caches
+    webhook lookups under the value it read and drops them when it changes (docs/ingress.md, "Webhook
+    lookup cache")."""
+
+    __tablename__ = "ingress_generation"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    value: Mapped[int] = mapped_column(BigInteger)
+
+
 class Automation(Base):
     __tablename__ = "automations"
     __table_args__ = (UniqueConstraint("factory_uid", "name"),)

@@ -3,8 +3,9 @@
 The HTTP handler (:mod:`~api.ingress.routes`) runs the checks cheapest-first over the pure policies —
 signature schemes (:mod:`~api.ingress.signatures`), delivery identity (:mod:`~api.ingress.identity`),
 rate-limit arithmetic (:mod:`~api.ingress.ratelimit`), the envelope (:mod:`~api.ingress.envelope`) —
-and the store-backed parts: cached webhook and filter lookups (:mod:`~api.ingress.lookup`), shared
-counters (:mod:`~api.ingress.counters`), the group-committing accept transaction
+and the store-backed parts: cached webhook and filter lookups (:mod:`~api.ingress.lookup`), limits
+shared across replicas by leasing capacity in chunks (:mod:`~api.ingress.counters` over the pure
+:mod:`~api.ingress.leases`), the group-committing accept transaction
 (:mod:`~api.ingress.pipeline`, with :mod:`~api.ingress.direct` on SQLite) and log retention
 (:mod:`~api.ingress.retention`). The policies do no I/O, so tests, the CLI and the benchmarks share
 one definition of a valid delivery.

@@ -6,10 +6,14 @@ delivery is a handful of statements, so those hand-offs, not SQLite, were most o
 
 - the group-commit writer runs a whole batch transaction (insert, routing, runs, attachments, commit) as
   one call on a dedicated thread that owns one connection: two hand-offs per batch instead of dozens;
-- the per-request webhook lookup (a primary-key SELECT on a WAL database, tens of microseconds) runs on
-  the event-loop thread itself, outside any transaction, so it always sees the latest committed row.
-  WAL readers do not wait for writers; should the read ever find the database busy (it is given no busy
-  timeout, so the loop never sleeps in SQLite's busy handler), the caller falls back to the async path.
+- the per-request reads run on the event-loop thread itself, outside any transaction, so each sees the
+  latest commit: the ``ingress_generation`` value (a one-row primary-key SELECT, a few microseconds) on
+  every request, and the webhook lookup (a primary-key SELECT joined to its secret, tens of
+  microseconds) when the webhook cache has no answer for the UID (:class:`~api.ingress.lookup.WebhookCache`:
+  the cache is emptied whenever the generation changed, so enabling, disabling, deleting and rotating
+  still take effect on the very next delivery, whichever process wrote). WAL readers do not wait for
+  writers; should a read ever find the database busy (it is given no busy timeout, so the loop never
+  sleeps in SQLite's busy handler), the caller falls back to the async path, uncached.
 
 The writer connection uses the same file and pragmas (WAL, ``synchronous=NORMAL``, foreign keys, busy
 timeout) as the app's engine, so durability is unchanged; the reader only reads. An in-memory database
@@ -31,7 +35,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
-from api.ingress.lookup import WEBHOOK_QUERY, WebhookRow, webhook_row
+from api.ingress.lookup import GENERATION_QUERY, WEBHOOK_QUERY, GenerationMissing, WebhookRow, webhook_row
 
 T = TypeVar("T")
 _BUSY_TIMEOUT_MS = 30_000
@@ -68,6 +72,8 @@ class DirectSqlite:
         if compiled.positiontup != ["uid"]:
             raise RuntimeError("the webhook query must take exactly one parameter, the UID")
         self._webhook_sql = str(compiled)  # plain columns, no type conversions: run it on the driver
+        generation = GENERATION_QUERY.compile(dialect=writer.dialect, compile_kwargs={"literal_binds": True})
+        self._generation_sql = str(generation)
 
     @classmethod
     def open(cls, engine: AsyncEngine) -> DirectSqlite | None:
@@ -79,19 +85,34 @@ class DirectSqlite:
             return None
         return cls(_sync_engine(url, _BUSY_TIMEOUT_MS), url.database)
 
+    def generation(self) -> int | Exception:
+        """The ``ingress_generation`` value, read on the calling thread; the error (not raised) when
+        SQLite could not answer at once or the row is missing."""
+        found = self._read_one(self._generation_sql, ())
+        if isinstance(found, Exception):
+            return found
+        if found is None:
+            return GenerationMissing("the ingress_generation row is missing")
+        return int(found[0])
+
     def find_webhook(self, uid: str) -> WebhookRow | sqlite3.Error | None:
         """The live webhook (see :func:`~api.ingress.lookup.find_webhook`), read on the calling thread;
         the error (not raised) when SQLite could not answer at once, so the caller can use the async path.
         """
+        found = self._read_one(self._webhook_sql, (uid,))
+        return found if isinstance(found, sqlite3.Error) else webhook_row(found)
+
+    def _read_one(self, sql: str, params: tuple[Any, ...]) -> Any:
+        """The first row of a read on the reader connection (None: no row), or the sqlite3 error."""
         try:
             if self._reader is None:
                 self._reader = sqlite3.connect(self._path, check_same_thread=False, timeout=0)
                 self._reader.execute("PRAGMA busy_timeout=0")
             # No BEGIN precedes a SELECT in autocommit mode: the read sees the latest commit and ends
             # with the cursor.
-            cursor = self._reader.execute(self._webhook_sql, (uid,))
+            cursor = self._reader.execute(sql, params)
             try:
-                return webhook_row(cursor.fetchone())
+                return cursor.fetchone()
             finally:
                 cursor.close()
         except sqlite3.Error as exc:

@@ -1,15 +1,15 @@
 """Per-webhook rate limits (docs/ingress.md, "Limits"): a sliding-window approximation over fixed windows.
 
-Storage keeps one integer per (key, window start) - cheap to upsert in ``rate_counters`` from any
-replica - and the policy weighs the previous window by how much of it still overlaps the sliding
-window: ``estimate = previous * (1 - elapsed) + current``. That smooths the burst a pure fixed
-window allows at a boundary (2x the limit in a few seconds) without storing timestamps.
+Storage keeps one integer per (key, window start) and the policy weighs the previous window by how
+much of it still overlaps the sliding window: ``estimate = previous * (1 - elapsed) + current``. That
+smooths the burst a pure fixed window allows at a boundary (2x the limit in a few seconds) without
+storing timestamps. On SQLite the integers are this process's (:class:`MemoryCounter`); on PostgreSQL
+they are ``rate_counters`` rows counting the capacity that replicas have leased in chunks
+(:mod:`api.ingress.leases`, :mod:`api.ingress.counters`), under the same estimate.
 
 Only admitted events count: :func:`consume` takes back a rejected hit with ``undo``, so a sender
 that ignores ``Retry-After`` still gets its full quota through, and ``Retry-After`` is exactly the
-wait after which one more event fits if nothing else arrives. Hit-then-undo (rather than
-read-then-hit) never admits more than the limit when replicas race; they only see a count that is
-briefly one too high.
+wait after which one more event fits if nothing else arrives (:func:`wait_seconds`, rounded up).
 """
 
 from __future__ import annotations
@@ -46,25 +46,37 @@ def decide(limit: int, window_seconds: int, current: int, previous: int, elapsed
     ``retry_after`` assumes this event is not counted (see :func:`consume`) and nothing else
     arrives meanwhile.
     """
-    if limit < 1 or window_seconds < 1:
-        raise ValueError("limit and window_seconds must be at least 1")
     remaining = 1.0 - min(max(elapsed, 0.0), 1.0)
     estimate = previous * remaining + current
-    if estimate <= limit + _EPSILON:
+    wait = wait_seconds(limit, window_seconds, current, previous, elapsed)
+    if wait <= 0.0:
         return Decision(True, None, estimate)
-    if current <= limit:
-        # Only the previous window's tail is in the way: wait until it has slid out far enough.
-        wait = window_seconds * (remaining - (limit - current) / previous)
-    else:
-        # This window is full (``current - 1`` admitted events); in the next one they become the
-        # previous window and must decay until one more event fits.
-        admitted = current - 1
-        wait = window_seconds * (remaining + max(0.0, 1.0 - (limit - 1) / admitted))
     return Decision(False, max(1, math.ceil(wait - _EPSILON)), estimate)
 
 
+def wait_seconds(limit: int, window_seconds: int, current: int, previous: int, elapsed: float) -> float:
+    """Exact seconds until :func:`decide` would admit the same event (0.0 when it admits it now).
+
+    :func:`decide`'s ``retry_after`` is this, rounded up to whole seconds. Where counts never go down
+    (leased counts), nothing can fit sooner: the process-local refusals of :mod:`api.ingress.leases`
+    rely on that.
+    """
+    if limit < 1 or window_seconds < 1:
+        raise ValueError("limit and window_seconds must be at least 1")
+    remaining = 1.0 - min(max(elapsed, 0.0), 1.0)
+    if previous * remaining + current <= limit + _EPSILON:
+        return 0.0
+    if current <= limit:
+        # Only the previous window's tail is in the way: wait until it has slid out far enough.
+        return window_seconds * (remaining - (limit - current) / previous)
+    # This window is full (``current - 1`` counted events); in the next one they become the previous
+    # window and must decay until one more event fits.
+    admitted = current - 1
+    return window_seconds * (remaining + max(0.0, 1.0 - (limit - 1) / admitted))
+
+
 class Counter(Protocol):
-    """Fixed-window counters; the store-backed one upserts ``rate_counters`` rows.
+    """Fixed-window counters (:class:`MemoryCounter`).
 
     ``hit`` adds one event for ``key`` in the window holding ``now_epoch`` and returns (that
     window's count, the previous window's count); ``undo`` takes one back from the window holding
@@ -89,8 +101,23 @@ async def consume(counter: Counter, key: str, limit: int, now_epoch: float) -> D
     return decision
 
 
+class Limiter(Protocol):
+    """What the ingress asks of its limits: :class:`MemoryCounter` on SQLite, ``LeasedCounter`` on
+    PostgreSQL (:mod:`api.ingress.counters`).
+
+    ``consume`` counts one event for ``key`` unless that would exceed ``limit`` per sliding window;
+    ``check`` answers whether one more event would still fit, without counting it (the failed-request
+    budget is checked on every request but spent only by failures).
+    """
+
+    async def consume(self, key: str, limit: int, now_epoch: float) -> Decision: ...
+
+    async def check(self, key: str, limit: int, now_epoch: float) -> Decision: ...
+
+
 class MemoryCounter:
-    """In-process :class:`Counter` for tests and single-process runs (not shared across replicas).
+    """In-process :class:`Counter` and :class:`Limiter` for single-process runs (SQLite) and tests: exact,
+    not shared across replicas.
 
     Each key keeps only its current and previous windows.
     """
@@ -124,3 +151,13 @@ class MemoryCounter:
         start, _ = window_position(now_epoch, self._window)
         windows = self._counts.get(key, {})
         return windows.get(start, 0), windows.get(start - self._window, 0)
+
+    async def consume(self, key: str, limit: int, now_epoch: float) -> Decision:
+        """:class:`Limiter`: :func:`consume` on this counter."""
+        return await consume(self, key, limit, now_epoch)
+
+    async def check(self, key: str, limit: int, now_epoch: float) -> Decision:
+        """:class:`Limiter`: whether one more event would fit, from the exact counts."""
+        current, previous = await self.peek(key, now_epoch)
+        _, elapsed = window_position(now_epoch, self._window)
+        return decide(limit, self._window, current + 1, previous, elapsed)

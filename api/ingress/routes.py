@@ -2,8 +2,10 @@
 
 Checks run cheapest-first, and nothing unauthenticated is read into memory:
 
-1. the webhook must be live (one indexed SELECT per request) - else the same 404 for unknown, disabled
-   and deleted; a token segment on a webhook that is not ``url_token`` is also that 404;
+1. the webhook must be live (answered by the app's webhook cache while the database's
+   ``ingress_generation`` says it is current, else one indexed SELECT: :mod:`api.ingress.lookup`) - else
+   the same 404 for unknown, disabled and deleted; a token segment on a webhook that is not ``url_token``
+   is also that 404;
 2. the failed-request budget (``--auth-failure-limit``) must not be spent - else 429 (not logged);
 3. ``Content-Length`` over the limit - 413, without reading the body;
 4. ``token``/``url_token`` credentials, in constant time, before the body is read - 401;
@@ -38,7 +40,7 @@ from api import AuthenticationRequired, BadRequest, PayloadTooLarge, RateLimited
 from api.context import BOX, CLOCK, ENGINE, REGISTRY, SESSIONS, SETTINGS, ServerSettings
 from api.http.jsonlimits import InvalidJson, loads_limited
 from api.ingress import pipeline
-from api.ingress.counters import PeekCounter, counter_for, over_budget
+from api.ingress.counters import counter_for
 from api.ingress.direct import DirectSqlite
 from api.ingress.identity import (
     FACTORY_DELIVERY_ID_HEADER,
@@ -46,8 +48,8 @@ from api.ingress.identity import (
     normalize_id,
     signed_delivery_identity,
 )
-from api.ingress.lookup import FilterCache, SecretCache, WebhookRow, find_webhook
-from api.ingress.ratelimit import Decision, consume
+from api.ingress.lookup import FilterCache, SecretCache, WebhookCache, WebhookRow, find_live_webhook
+from api.ingress.ratelimit import Decision, Limiter
 from api.ingress.signatures import Verification, bearer_token, token_matches, verify
 from api.runs.event_hub import runs_queued
 from store.clock import Clock
@@ -68,9 +70,10 @@ class Ingress:
     readers: async_sessionmaker[AsyncSession]  # lookups; autocommit on PostgreSQL (no BEGIN/COMMIT trips)
     clock: Clock
     settings: ServerSettings
-    counter: PeekCounter
+    counter: Limiter  # api.ingress.counters.counter_for: leases on PostgreSQL, memory on SQLite
     secrets: SecretCache
     filters: FilterCache
+    webhooks: WebhookCache  # live webhooks and unknown UIDs, valid under one ingress_generation value
     writer: pipeline.Writer
     outcomes: MetricCounter
     direct: DirectSqlite | None = None  # file-backed SQLite: synchronous hot-path access
@@ -96,7 +99,8 @@ async def receive(request: web.Request) -> web.Response:
 async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession) -> web.Response:
     uid, token = request.match_info["uid"], request.match_info.get("token")
     settings = ingress.settings
-    # (1) The live webhook (read on every request) and its captured secret (cached by immutable version).
+    # (1) The live webhook (cached while ingress_generation is unchanged) and its captured secret (cached
+    # by immutable version).
     webhook = await _find_webhook(ingress, uid)
     secret = await _secret(ingress, webhook)
     if webhook is None or (token is not None and webhook.auth_mode != URL_TOKEN):
@@ -105,7 +109,7 @@ async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession
     now = ingress.clock.now()
     failed = _Failures(ingress, session, webhook, now.timestamp())
     # (2) Failed-request budget.
-    budget = await over_budget(ingress.counter, failed.key, settings.auth_failure_limit, failed.epoch)
+    budget = await ingress.counter.check(failed.key, settings.auth_failure_limit, failed.epoch)
     if not budget.allowed:
         raise failed.budget_spent(budget)
     token_failure = _token_failure(webhook, secret, request, token)
@@ -152,9 +156,7 @@ async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession
             raise _unauthenticated(webhook)
         signed_id = verification.signed_delivery_id
     # (7) Delivery rate limit.
-    rate = await consume(
-        ingress.counter, f"wh-rate:{webhook.uid}", settings.delivery_rate_limit, failed.epoch
-    )
+    rate = await ingress.counter.consume(f"wh-rate:{webhook.uid}", settings.delivery_rate_limit, failed.epoch)
     if not rate.allowed:
         ingress.count("rate_limited")
         raise _rate_limited(f"more than {settings.delivery_rate_limit} deliveries per minute", rate)
@@ -180,8 +182,9 @@ async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession
 class _Failures:
     """A rejected request of one webhook: counted against its failed-request budget, then logged.
 
-    The budget is taken with :func:`~api.ingress.ratelimit.consume` (count, then decide), so however
-    many rejected requests race, at most ``--auth-failure-limit`` per window reach the delivery log; a
+    The budget is taken with :meth:`~api.ingress.ratelimit.Limiter.consume` (count, then decide; on
+    PostgreSQL only tokens leased from the shared budget are spent), so however many rejected requests
+    race on however many replicas, at most ``--auth-failure-limit`` per window reach the delivery log; a
     request over the budget is answered 429 and not logged (docs/ingress.md, "Limits").
     """
 
@@ -201,7 +204,7 @@ class _Failures:
     async def record(self, delivery_id: str, status: str, size: int, detail: str) -> None:
         """Count the failure; log it if the budget allowed it, else raise the 429 instead."""
         limit = self.ingress.settings.auth_failure_limit
-        decision = await consume(self.ingress.counter, self.key, limit, self.epoch)
+        decision = await self.ingress.counter.consume(self.key, limit, self.epoch)
         if not decision.allowed:
             raise self.budget_spent(decision)
         await _log(self.ingress, self.session, self.webhook, delivery_id, status, size, detail)
@@ -216,12 +219,8 @@ def _verify(
 
 
 async def _find_webhook(ingress: Ingress, uid: str) -> WebhookRow | None:
-    if ingress.direct is not None:
-        found = ingress.direct.find_webhook(uid)  # on this thread: no hand-off for a key lookup
-        if not isinstance(found, Exception):
-            return found
-    async with ingress.readers() as reader, reader.begin():
-        return await find_webhook(reader, uid)
+    # On file-backed SQLite the generation (and, on a cache miss, the row) is read on this thread.
+    return await find_live_webhook(ingress.webhooks, ingress.readers, ingress.direct, uid)
 
 
 async def _secret(ingress: Ingress, webhook: WebhookRow | None) -> str | None:
@@ -329,8 +328,10 @@ def _readers(
 
 
 def setup(app: web.Application) -> None:
-    engine, filters = app[ENGINE], FilterCache()
+    engine, filters, webhooks = app[ENGINE], FilterCache(), WebhookCache()
     direct = DirectSqlite.open(engine)
+    if direct is None:  # the generation is read at most every 100 ms: see this process's writes at once
+        app.cleanup_ctx.append(webhooks.watching(engine.sync_engine))
     app[INGRESS] = Ingress(
         sessions=app[SESSIONS],
         readers=_readers(engine, app[SESSIONS]),
@@ -339,6 +340,7 @@ def setup(app: web.Application) -> None:
         counter=counter_for(engine),
         secrets=SecretCache(app[BOX]),
         filters=filters,
+        webhooks=webhooks,
         writer=pipeline.Writer(
             app[SESSIONS],
             app[CLOCK],
