@@ -2,7 +2,8 @@
 
 Starts ``python -m factoryctl.demo`` (the example factory, its secrets and one apply, on SQLite in a
 temporary data directory) on a free port, signs in with its admin key in Chromium (Playwright, the system
-browser at ``/usr/bin/chromium``), follows the console's own links to find the pages that exist (a factory,
+browser at ``/usr/bin/chromium``), posts the sample deliveries the demo prints and waits for a run
+to succeed, follows the console's own links to find the pages that exist (a factory,
 its webhooks and automations, runs) and saves one PNG per page into ``--out`` (default ``docs/console``),
 plus the secrets and keys pages showing a value once.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -55,6 +57,35 @@ def shoot(page: Page, out: Path, name: str) -> None:
 def first_link(page: Page, selector: str) -> str | None:
     link = page.locator(selector).first
     return link.get_attribute("href") if link.count() else None
+
+
+# The sample delivery the demo prints: `curl -sS -X POST <url> -H 'Authorization: Bearer <token>' ...`.
+SAMPLE_CURL = re.compile(r"-X POST (\S+/webhooks/w/\S+) -H 'Authorization: Bearer (\S+)'")
+
+
+def seed_runs(url: str, key: str, log: Path, timeout: float = 60.0) -> None:
+    """Post the demo's sample deliveries (one the alert-triage filter takes, one it does not) and wait
+    until a run they started has SUCCEEDED, so the webhook, runs and run pages have something to show."""
+    found = SAMPLE_CURL.search(log.read_text())
+    if found is None:
+        raise SystemExit(f"the demo printed no sample delivery command:\n{log.read_text()}")
+    ingress, token = found.groups()
+    samples = [
+        ("demo-1", {"service": "api", "severity": "high"}),
+        ("demo-2", {"service": "web", "severity": "low"}),
+    ]
+    for alert_id, body in samples:
+        headers = {"Authorization": f"Bearer {token}", "X-Alert-Id": alert_id}
+        response = httpx.post(ingress, json=body, headers=headers, timeout=10)
+        if response.status_code != 202:
+            raise SystemExit(f"the sample delivery got {response.status_code}: {response.text}")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = httpx.get(url + "/api/v1/agent/runs", headers={"Authorization": f"Bearer {key}"}, timeout=10)
+        if any(run.get("state") == "SUCCEEDED" for run in runs.json().get("runs", [])):
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"no run of the sample delivery succeeded within {timeout}s:\n{log.read_text()}")
 
 
 def capture(url: str, key: str, out: Path) -> None:
@@ -124,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             url = f"http://127.0.0.1:{port}"
             wait_healthy(url, proc, log)
-            capture(url, (data / "admin.key").read_text().strip(), args.out)
+            key = (data / "admin.key").read_text().strip()
+            seed_runs(url, key, log)
+            capture(url, key, args.out)
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
