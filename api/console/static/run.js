@@ -12,7 +12,7 @@ document.addEventListener("DOMContentLoaded", () => {
   const empty = document.getElementById("log-empty");
   const count = document.getElementById("log-count");
   const live = document.getElementById("live");
-  let lines = log ? log.children.length : 0;
+  let lines = log ? Number(log.dataset.lines || log.children.length) : 0;  // the page shows the newest only
 
   const when = (iso) => (iso || "").replace("T", " ").replace(/\.\d+Z$|Z$/, " UTC");
   const el = (tag, className, text) => {

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient
 from markupsafe import escape
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from api.console.run_pages import PAGE_LOG_LINES
 from store.clock import ManualClock, SystemClock
 
 from .support import sign_in, token
@@ -114,6 +115,35 @@ async def test_run_page_shows_prompt_config_timeline_and_escaped_logs(
     assert "/console/static/run.js" in page and "<script>" not in page  # no inline script
     other = await client.get("/console/runs/run_missing")
     assert other.status == 404
+
+
+async def test_a_long_log_shows_its_newest_lines_and_the_live_stream_resumes_after_the_last_event(
+    client: TestClient[Any, Any], member_key: str, worker_key: str
+) -> None:
+    run_id = await new_run(client, member_key)
+    await start(client, worker_key, run_id)
+    total = PAGE_LOG_LINES + 7
+    for first in range(0, total, 500):
+        lines = [{"stream": "stdout", "text": f"line {n:05d}"} for n in range(first, min(first + 500, total))]
+        await worker(client, worker_key, f"/runs/{run_id}/logs", {"lines": lines})
+    await worker(client, worker_key, f"/runs/{run_id}/heartbeat", {"state": "INPROGRESS"})
+    await sign_in(client, member_key)
+    page = await (await client.get(f"/console/runs/{run_id}")).text()
+    shown = re.findall(r"line (\d{5})", page)
+    assert shown == [f"{n:05d}" for n in range(7, total)]  # the newest, oldest first
+    assert f">{total} lines<" in page and f'data-lines="{total}"' in page
+    assert f"Showing the newest {PAGE_LOG_LINES} of {total} lines" in page
+    timeline = page[page.index('id="timeline"') :]
+    assert [s for s in re.findall(r"state-(\w+)\">", timeline)] == ["QUEUED", "CLAIMED", "INPROGRESS"]
+    after = re.findall(r"events\?after=(\d+)", page)[0]
+    last = {"lines": [{"stream": "stdout", "text": "last"}]}
+    await worker(client, worker_key, f"/runs/{run_id}/logs", last)
+    await worker(client, worker_key, f"/runs/{run_id}/state", {"state": "SUCCEEDED"})
+    resumed = await (await client.get(f"/console/runs/{run_id}/events?after={after}")).text()
+    data = [json.loads(x[6:])["data"] for x in resumed.splitlines() if x.startswith("data: ")]
+    assert [d.get("text") or d.get("state") for d in data] == ["last", "SUCCEEDED"]  # nothing shown twice
+    short = await new_run(client, member_key)
+    assert "Showing the newest" not in await (await client.get(f"/console/runs/{short}")).text()
 
 
 async def test_cancel_and_follow_up_through_the_forms(
