@@ -52,6 +52,7 @@ from store import payload_filter
 from store.models import Automation, Delivery, Factory, Run, RunEvent, Webhook
 
 PAGE_SIZE: Final = 25
+SCAN_LIMIT: Final = 5_000  # runs one page of a search (or of two filters) examines at most
 MAX_PAGE_EVENTS: Final = 2_000  # state changes and follow-ups shown (a run has a handful)
 PAGE_LOG_LINES: Final = 1_000  # the newest log lines shown; the rest are in the logs API
 RECENT_DELIVERIES: Final = 50
@@ -127,6 +128,7 @@ class RunsPage:
     next_link: str | None
     prev_link: str | None
     error: str | None
+    scan_stopped: int | None = None  # the page ended after examining this many runs
 
 
 async def _runs_page(
@@ -147,24 +149,35 @@ async def _runs_page(
             after = decode_cursor(request.query["cursor"], newest)
     except InvalidCursor:
         error = "That page link no longer fits these filters; showing the newest runs."
+    # A page of a search or of two filters examines at most SCAN_LIMIT runs; the links continue from the
+    # last run examined, which may lie beyond the last run shown (docs/console.md, "Runs at scale").
+    next_at: Cursor | None
+    prev_at: Cursor | None
     if before is not None:  # read back towards the newest, then show newest first
         page = await runs.list_runs(
-            session, user.team_id, filters, runs.PageRequest(PAGE_SIZE, "created_at", "asc", before)
+            session,
+            user.team_id,
+            filters,
+            runs.PageRequest(PAGE_SIZE, "created_at", "asc", before),
+            scan_limit=SCAN_LIMIT,
         )
         rows = list(reversed(page.runs))
-        more_before, more_after = page.next_position is not None, True
+        prev_at, next_at = page.next_position, _position(rows[-1]) if rows else before
     else:
         page = await runs.list_runs(
-            session, user.team_id, filters, runs.PageRequest(PAGE_SIZE, "created_at", "desc", after)
+            session,
+            user.team_id,
+            filters,
+            runs.PageRequest(PAGE_SIZE, "created_at", "desc", after),
+            scan_limit=SCAN_LIMIT,
         )
         rows = page.runs
-        more_before, more_after = after is not None, page.next_position is not None
-    next_link = prev_link = None
-    if rows and more_after:
-        next_link = _link(picked, cursor=encode_cursor(_position(rows[-1]), newest))
-    if rows and more_before:
-        prev_link = _link(picked, before=encode_cursor(_position(rows[0]), oldest))
-    return RunsPage(rows, next_link, prev_link, error)
+        next_at = page.next_position
+        prev_at = (_position(rows[0]) if rows else after) if after is not None else None
+    next_link = _link(picked, cursor=encode_cursor(next_at, newest)) if next_at else None
+    prev_link = _link(picked, before=encode_cursor(prev_at, oldest)) if prev_at else None
+    stopped = SCAN_LIMIT if page.scan_stopped else None
+    return RunsPage(rows, next_link, prev_link, error, stopped)
 
 
 async def runs_list(request: web.Request) -> web.StreamResponse:
@@ -208,6 +221,7 @@ async def runs_list(request: web.Request) -> web.StreamResponse:
             "next_link": page.next_link,
             "prev_link": page.prev_link,
             "error": page.error,
+            "scan_stopped": page.scan_stopped,
             "filtered": bool(picked),
         },
     )
@@ -261,9 +275,13 @@ async def _events_of(request: web.Request, run_id: str) -> EventLog:
         )
         newest = _EVENTS.where(of_run, RunEvent.kind == events.LOG).order_by(RunEvent.id.desc())
         logs = list(reversed((await conn.execute(newest.limit(PAGE_LOG_LINES))).all()))
-        totals = select(func.count(RunEvent.id).filter(RunEvent.kind == events.LOG), func.max(RunEvent.id))
-        log_lines, last_id = (await conn.execute(totals.where(of_run))).one()
-    return EventLog(others, logs, int(log_lines or 0), int(last_id or 0))
+        log_lines = len(logs)
+        if log_lines == PAGE_LOG_LINES:  # there may be more
+            count = select(func.count(RunEvent.id)).where(of_run, RunEvent.kind == events.LOG)
+            log_lines = int((await conn.execute(count)).scalar_one())
+    # The newest event is the last state change or follow-up, or the newest log line.
+    last_id = max((rows[-1].id for rows in (others, logs) if rows), default=0)
+    return EventLog(others, logs, log_lines, last_id)
 
 
 def _state_step(event: Event) -> dict[str, Any]:

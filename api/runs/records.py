@@ -15,7 +15,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Select, Table, and_, insert, or_, select, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    Table,
+    and_,
+    func,
+    insert,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.http.pagination import Cursor, InvalidCursor, parse_timestamp_key, split_page, timestamp_key
@@ -89,6 +101,7 @@ class RunPage:
     runs: list[Run]
     next_position: Cursor | None  # where the next page starts; None on the last page
     attachments: dict[str, list[str]] = field(default_factory=dict)
+    scan_stopped: bool = False  # a bounded scan (list_runs' scan_limit) ended the page early
 
 
 def default_title(prompt: str | None, fallback: str = "Untitled run") -> str:
@@ -342,44 +355,80 @@ async def add_followup(
     return followup, outcome
 
 
-def _filtered(team_id: str, filters: RunFilters) -> Select[Run]:
-    conds: list[ColumnElement[bool]] = [Run.team_id == team_id]
-    if filters.states:
-        conds.append(
-            Run.state == filters.states[0] if len(filters.states) == 1 else Run.state.in_(filters.states)
-        )
-    for column, value in (
-        (Run.config_name, filters.config_name),
-        (Run.model_id, filters.model_id),
-        (Run.creator_uid, filters.creator),
-        (Run.source, filters.source),
-        (Run.factory_uid, filters.factory_uid),
-        (Run.automation_id, filters.automation_id),
-        (Run.schedule_id, filters.schedule_id),
+# Equality filters with a (team, column, created_at, run_id) index, in the order a bounded scan prefers them
+# to drive its read (docs/console.md, "Runs at scale").
+_INDEXED = ("state", "source", "factory_uid", "config_name", "creator")
+
+
+def _conditions(
+    team_id: str, filters: RunFilters
+) -> tuple[list[ColumnElement[bool]], list[ColumnElement[bool]]]:
+    """The filters as SQL conditions, split into those a runs index serves in created order (the team, the
+    first indexed equality filter, the created range) and the rest."""
+    indexed: list[ColumnElement[bool]] = [Run.team_id == team_id]
+    rest: list[ColumnElement[bool]] = []
+    equal: list[tuple[str, ColumnElement[bool]]] = []
+    if len(filters.states) == 1:
+        equal.append(("state", Run.state == filters.states[0]))
+    elif filters.states:
+        rest.append(Run.state.in_(filters.states))
+    for name, column, value in (
+        ("config_name", Run.config_name, filters.config_name),
+        ("model_id", Run.model_id, filters.model_id),
+        ("creator", Run.creator_uid, filters.creator),
+        ("source", Run.source, filters.source),
+        ("factory_uid", Run.factory_uid, filters.factory_uid),
+        ("automation_id", Run.automation_id, filters.automation_id),
+        ("schedule_id", Run.schedule_id, filters.schedule_id),
     ):
         if value is not None:
-            conds.append(column == value)
+            equal.append((name, column == value))
+    driving = min(
+        (i for i, (name, _) in enumerate(equal) if name in _INDEXED),
+        key=lambda i: _INDEXED.index(equal[i][0]),
+        default=None,
+    )
+    for i, (_, cond) in enumerate(equal):
+        (indexed if i == driving else rest).append(cond)
     if filters.created_after is not None:
-        conds.append(Run.created_at > filters.created_after)
+        indexed.append(Run.created_at > filters.created_after)
     if filters.created_before is not None:
-        conds.append(Run.created_at < filters.created_before)
+        indexed.append(Run.created_at < filters.created_before)
     if filters.updated_after is not None:
-        conds.append(Run.updated_at > filters.updated_after)
+        rest.append(Run.updated_at > filters.updated_after)
     if filters.q:
-        conds.append(
+        rest.append(
             or_(
                 Run.title.icontains(filters.q, autoescape=True),
                 Run.prompt.icontains(filters.q, autoescape=True),
             )
         )
-    return select(Run).where(and_(*conds))
+    return indexed, rest
 
 
-async def list_runs(session: AsyncSession, team_id: str, filters: RunFilters, page: PageRequest) -> RunPage:
-    """One page of the team's runs, ordered by (sort key, run_id); raises InvalidCursor."""
+def _filtered(team_id: str, filters: RunFilters) -> Select[Run]:
+    indexed, rest = _conditions(team_id, filters)
+    return select(Run).where(and_(*indexed, *rest))
+
+
+async def list_runs(
+    session: AsyncSession,
+    team_id: str,
+    filters: RunFilters,
+    page: PageRequest,
+    *,
+    scan_limit: int | None = None,
+) -> RunPage:
+    """One page of the team's runs, ordered by (sort key, run_id); raises InvalidCursor.
+
+    With ``scan_limit``, a filter that no index serves in page order (a text search, a second equality
+    filter) examines at most that many runs - the next ones in page order that match the indexed filters -
+    per page: a page may then hold fewer runs than asked (even none) while ``next_position`` continues the
+    search after the last run examined, and ``scan_stopped`` says so. Without it, such a filter scans until
+    the page is full or the runs run out (all of them, for a value that matches nothing)."""
     column = SORT_COLUMNS[page.sort_by]
     descending = page.sort_order == "desc"
-    stmt = _filtered(team_id, filters)
+    keyset: list[ColumnElement[bool]] = []
     if page.after is not None:
         value: Any = page.after.value
         if page.sort_by != "title":
@@ -388,17 +437,59 @@ async def list_runs(session: AsyncSession, team_id: str, filters: RunFilters, pa
             raise InvalidCursor("cursor is not valid for a title sort")
         key = tuple_(column, Run.run_id)
         bound = tuple_(value, page.after.row_id)
-        stmt = stmt.where(key < bound if descending else key > bound)
-    if descending:
-        stmt = stmt.order_by(column.desc(), Run.run_id.desc())
-    else:
-        stmt = stmt.order_by(column.asc(), Run.run_id.asc())
+        keyset.append(key < bound if descending else key > bound)
+    indexed, rest = _conditions(team_id, filters)
+    if scan_limit is None or not rest:
+        stmt = select(Run).where(*indexed, *rest, *keyset).order_by(*_order(column, descending))
+        rows, last = split_page(
+            list((await session.execute(stmt.limit(page.limit + 1))).scalars()), page.limit
+        )
+        return RunPage(
+            runs=rows,
+            next_position=_position_of(last, page.sort_by),
+            attachments=await attachment_names(session, rows),
+        )
+    scanned = (
+        select(Run.run_id.label("run_id"), column.label("key"))
+        .where(*indexed, *keyset)
+        .order_by(*_order(column, descending))
+        .limit(scan_limit)
+        .subquery()
+    )
+    stmt = select(Run).join(scanned, Run.run_id == scanned.c.run_id).where(*rest)
+    stmt = stmt.order_by(*_order(column, descending))
     rows, last = split_page(list((await session.execute(stmt.limit(page.limit + 1))).scalars()), page.limit)
-    position = None
-    if last is not None:
-        key_value = last.title if page.sort_by == "title" else timestamp_key(getattr(last, page.sort_by))
-        position = Cursor(value=key_value, row_id=last.run_id)
-    return RunPage(runs=rows, next_position=position, attachments=await attachment_names(session, rows))
+    position, stopped = _position_of(last, page.sort_by), False
+    if last is None:  # the page is not full: were the runs examined all there were?
+        edge = select(scanned.c.key, scanned.c.run_id).order_by(
+            *(
+                (scanned.c.key.asc(), scanned.c.run_id.asc())
+                if descending
+                else (scanned.c.key.desc(), scanned.c.run_id.desc())
+            )
+        )
+        count = (await session.execute(select(func.count()).select_from(scanned))).scalar_one()
+        if count >= scan_limit:
+            key_value, row_id = (await session.execute(edge.limit(1))).one()
+            value = key_value if page.sort_by == "title" else timestamp_key(key_value)
+            position, stopped = Cursor(value=value, row_id=row_id), True
+    return RunPage(
+        runs=rows,
+        next_position=position,
+        attachments=await attachment_names(session, rows),
+        scan_stopped=stopped,
+    )
+
+
+def _order(column: Any, descending: bool) -> tuple[Any, Any]:
+    return (column.desc(), Run.run_id.desc()) if descending else (column.asc(), Run.run_id.asc())
+
+
+def _position_of(last: Run | None, sort_by: str) -> Cursor | None:
+    if last is None:
+        return None
+    key_value = last.title if sort_by == "title" else timestamp_key(getattr(last, sort_by))
+    return Cursor(value=key_value, row_id=last.run_id)
 
 
 async def attachment_names(session: AsyncSession, runs: Sequence[Run]) -> dict[str, list[str]]:

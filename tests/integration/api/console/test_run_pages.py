@@ -12,10 +12,12 @@ import re
 from typing import Any
 
 import builders
+import pytest
 from aiohttp.test_utils import TestClient
 from markupsafe import escape
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from api.console import run_pages
 from api.console.run_pages import PAGE_LOG_LINES
 from store.clock import ManualClock, SystemClock
 
@@ -88,6 +90,42 @@ async def test_runs_list_filters_and_keyset_pages(
     assert re.findall(r"run number \d\d", window) == ["run number 11", "run number 10"]
     bad = await client.get("/console/runs?cursor=nonsense")
     assert bad.status == 200 and "no longer fits" in await bad.text()
+
+
+async def test_a_search_examines_a_bounded_number_of_runs_per_page_and_older_continues_it(
+    client: TestClient[Any, Any], member_key: str, seed_run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_pages, "SCAN_LIMIT", 4)
+    clock = ManualClock(dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC))
+    wanted = {2, 3, 9, 10, 11}  # oldest first; runs 12..16 and 4..8 hold no match
+    for i in range(17):
+        clock.advance(60)
+        title = f"{'needle' if i in wanted else 'hay'} {i:02d}"
+        state, source = "FAILED" if i % 2 else "SUCCEEDED", "CLI" if i % 3 else "API"
+        await seed_run(clock=clock, title=title, state=state, source=source)
+    await sign_in(client, member_key)
+
+    async def follow(url: str, rel: str) -> list[tuple[list[str], bool]]:
+        pages = []
+        while url:
+            page = await (await client.get(url)).text()
+            pages.append((re.findall(r"(?:needle|hay) (\d\d)", page), 'id="scan-stopped"' in page))
+            url = pager(page).get(rel, "")
+            assert len(pages) < 10
+        return pages
+
+    pages = await follow("/console/runs?q=needle", "next")
+    # newest first, 4 runs examined per page: 16-13 (none), 12-9, 8-5 (none), 4-1, 0 (the end)
+    assert pages == [([], True), (["11", "10", "09"], True), ([], True), (["03", "02"], True), ([], False)]
+    two = await follow("/console/runs?state=FAILED&source=CLI", "next")  # FAILED runs drive, 4 a page
+    assert two == [(["13", "11"], True), (["07", "05", "01"], True), ([], False)]
+    last = await (await client.get("/console/runs?q=needle")).text()
+    for _ in range(4):
+        last = await (await client.get(pager(last)["next"])).text()
+    back = await follow(pager(last)["prev"], "prev")  # "Newer" walks back, 4 runs a page from run 01 on
+    assert back == [(["03", "02"], True), (["09"], True), (["11", "10"], True), ([], False)]
+    plain = await (await client.get("/console/runs?state=FAILED")).text()  # indexed: no bound, full pages
+    assert 'id="scan-stopped"' not in plain and len(re.findall(r"(?:needle|hay) \d\d", plain)) == 8
 
 
 async def test_run_page_shows_prompt_config_timeline_and_escaped_logs(
