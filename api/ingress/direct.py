@@ -9,11 +9,12 @@ delivery is a handful of statements, so those hand-offs, not SQLite, were most o
 - the per-request reads run on the event-loop thread itself, outside any transaction, so each sees the
   latest commit: the ``ingress_generation`` value (a one-row primary-key SELECT, a few microseconds) on
   every request, and the webhook lookup (a primary-key SELECT joined to its secret, tens of
-  microseconds) when the webhook cache has no answer for the UID (:class:`~api.ingress.lookup.WebhookCache`:
-  the cache is emptied whenever the generation changed, so enabling, disabling, deleting and rotating
-  still take effect on the very next delivery, whichever process wrote). WAL readers do not wait for
-  writers; should a read ever find the database busy (it is given no busy timeout, so the loop never
-  sleeps in SQLite's busy handler), the caller falls back to the async path, uncached.
+  microseconds) when the webhook cache has no answer for the UID
+  (:class:`~api.ingress.webhook_cache.WebhookCache`: the cache is emptied whenever the generation
+  changed, so enabling, disabling, deleting and rotating still take effect on the very next delivery,
+  whichever process wrote). WAL readers do not wait for writers; should a read ever find the database
+  busy (it is given no busy timeout, so the loop never sleeps in SQLite's busy handler), the caller
+  falls back to the async path, uncached.
 
 The writer connection uses the same file and pragmas (WAL, ``synchronous=NORMAL``, foreign keys, busy
 timeout) as the app's engine, so durability is unchanged; the reader only reads. An in-memory database
@@ -35,7 +36,8 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
-from api.ingress.lookup import GENERATION_QUERY, WEBHOOK_QUERY, GenerationMissing, WebhookRow, webhook_row
+from api.ingress.lookup import WEBHOOK_QUERY, WebhookRow, webhook_row
+from api.ingress.webhook_cache import GENERATION_QUERY, GenerationMissing
 
 T = TypeVar("T")
 _BUSY_TIMEOUT_MS = 30_000

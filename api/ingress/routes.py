@@ -48,9 +48,10 @@ from api.ingress.identity import (
     normalize_id,
     signed_delivery_identity,
 )
-from api.ingress.lookup import FilterCache, SecretCache, WebhookCache, WebhookRow, find_live_webhook
+from api.ingress.lookup import FilterCache, SecretCache, WebhookRow
 from api.ingress.ratelimit import Decision, Limiter
 from api.ingress.signatures import Verification, bearer_token, token_matches, verify
+from api.ingress.webhook_cache import WebhookCache, find_live_webhook
 from api.runs.event_hub import runs_queued
 from store.clock import Clock
 from store.db import session_factory

@@ -1,4 +1,4 @@
-"""WebhookCache (api.ingress.lookup): entries, bounds, and when it reads the generation - no database."""
+"""WebhookCache (api.ingress.webhook_cache): entries, bounds, when it reads the generation - no database."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import asyncio
 import pytest
 from sqlalchemy import create_engine, text
 
-from api.ingress.lookup import MISS, WebhookCache, WebhookRow, writes_webhooks
+from api.ingress.lookup import WebhookRow
+from api.ingress.webhook_cache import MISS, WebhookCache, writes_webhooks
 
 
 class Ticks:

@@ -1,4 +1,4 @@
-"""The webhook lookup cache (api.ingress.lookup.WebhookCache) over the real app and database.
+"""The webhook lookup cache (api.ingress.webhook_cache.WebhookCache) over the real app and database.
 
 What it promises (docs/ingress.md, "Webhook lookup cache"): changes made through the app's own engine
 are seen by the next delivery on every store; on SQLite with the loop-thread reader so are changes from
@@ -23,8 +23,8 @@ import pytest
 from sqlalchemy import event, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from api.ingress.lookup import MISS, WebhookCache
 from api.ingress.routes import INGRESS
+from api.ingress.webhook_cache import MISS, WebhookCache
 from store import ids
 from store import secrets as secret_store
 from store.crypto import SecretBox
