@@ -62,22 +62,22 @@ class AutomationRow:
     factory_worker_host: str | None
 
 
-WEBHOOK_QUERY = (
-    select(
-        Webhook.uid,
-        Webhook.team_id,
-        Webhook.factory_uid,
-        Webhook.name,
-        Webhook.auth_mode,
-        Webhook.signature_scheme,
-        Webhook.secret_name,
-        Webhook.secret_version,
-        Webhook.delivery_id_header,
-        Secret.id,
-    )
-    .outerjoin(Secret, and_(Secret.team_id == Webhook.team_id, Secret.name == Webhook.secret_name))
-    .where(Webhook.uid == bindparam("uid"), Webhook.enabled.is_(True), Webhook.deleted_at.is_(None))
-)
+_WEBHOOKS = select(
+    Webhook.uid,
+    Webhook.team_id,
+    Webhook.factory_uid,
+    Webhook.name,
+    Webhook.auth_mode,
+    Webhook.signature_scheme,
+    Webhook.secret_name,
+    Webhook.secret_version,
+    Webhook.delivery_id_header,
+    Secret.id,
+).outerjoin(Secret, and_(Secret.team_id == Webhook.team_id, Secret.name == Webhook.secret_name))
+_LIVE = and_(Webhook.enabled.is_(True), Webhook.deleted_at.is_(None))
+WEBHOOK_QUERY = _WEBHOOKS.where(Webhook.uid == bindparam("uid"), _LIVE)
+# Every live webhook of every team, for the cache's complete snapshot (api.ingress.webhook_cache).
+LIVE_WEBHOOKS_QUERY = _WEBHOOKS.where(_LIVE).limit(bindparam("limit"))
 
 # Routing rows of enabled automations of each webhook's own team and factory; the filter comes back as
 # its JSON text so that the compiled-filter cache is consulted without decoding it.
@@ -133,6 +133,12 @@ _AUTOMATIONS = (
 async def find_webhook(session: AsyncSession, uid: str) -> WebhookRow | None:
     """The live webhook with this UID, or None when it is unknown, disabled or deleted (all alike)."""
     return webhook_row((await session.execute(WEBHOOK_QUERY, {"uid": uid})).first())
+
+
+async def live_webhooks(session: AsyncSession, limit: int) -> list[WebhookRow]:
+    """Up to ``limit`` live webhooks (every team's)."""
+    rows = (await session.execute(LIVE_WEBHOOKS_QUERY, {"limit": limit})).all()
+    return [row for row in map(webhook_row, rows) if row is not None]
 
 
 def find_webhook_in(conn: Connection, uid: str) -> WebhookRow | None:

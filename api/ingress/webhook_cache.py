@@ -16,6 +16,11 @@ the CLI - cannot bypass it). When the value changes the cache is emptied. How of
   listener notices writes to those tables and the cache then reads the value on every request for a
   second after the commit (:meth:`WebhookCache.watch`).
 
+Where each lookup is a round trip (PostgreSQL), the cache also keeps a **complete snapshot**: a read that
+finds a new generation loads every live webhook (one query, up to ``max_entries``), and while the
+snapshot is current any UID not in it is known not to be live - a flood of never-seen UIDs costs no
+statement at all. With more live webhooks than that, it stays an LRU of single lookups.
+
 A request whose generation read fails uses the uncached lookup: stale data is never served because the
 database could not be asked.
 
@@ -36,7 +41,7 @@ from sqlalchemy import event, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.ingress.lookup import WebhookRow, find_webhook
+from api.ingress.lookup import WebhookRow, find_webhook, live_webhooks
 from store.models import IngressGeneration
 
 # The counter the database bumps on every change to webhooks or secrets (migration 0008).
@@ -99,8 +104,10 @@ class WebhookCache:
         recheck_seconds: float = 0.1,
         local_write_seconds: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
+        snapshot: bool = False,
     ) -> None:
         self.max_entries = max(1, max_entries)
+        self.snapshot = snapshot
         self.recheck_seconds = recheck_seconds
         self.local_write_seconds = local_write_seconds
         self._monotonic = monotonic
@@ -110,6 +117,8 @@ class WebhookCache:
         self._verified_at = -math.inf  # when the newest successful generation read started
         self._distrust_until = -math.inf
         self._pending: tuple[asyncio.Task[int], float] | None = None
+        self._complete: int | None = None  # the generation under which _live holds every live webhook
+        self._snapshot_tried: int | None = None  # the generation a snapshot was last loaded (or tried) for
         self._mark = ("factoryctl.ingress.webhook_write", id(self))  # connection info key: a write is pending
         self.generation_reads = 0
 
@@ -128,6 +137,8 @@ class WebhookCache:
         if uid in self._not_live:
             self._not_live.move_to_end(uid)
             return None
+        if self._complete is not None and self._complete == self._generation:
+            return None  # every live webhook is here: this UID is not one
         return MISS
 
     def put(self, uid: str, row: WebhookRow | None, generation: int) -> None:
@@ -151,6 +162,24 @@ class WebhookCache:
     def clear(self) -> None:
         self._live.clear()
         self._not_live.clear()
+        self._complete = None
+
+    def fill(self, rows: list[WebhookRow], generation: int) -> bool:
+        """Hold exactly ``rows`` - every live webhook, read after ``generation`` was - as a complete
+        snapshot, so that any other UID is known not to be live without a read. Refused (False) when the
+        generation moved on meanwhile, or when there are more than ``max_entries`` (then the cache stays
+        an LRU of single lookups)."""
+        if generation != self._generation or len(rows) > self.max_entries:
+            return False
+        self._live = OrderedDict((row.uid, row) for row in rows)
+        self._not_live.clear()
+        self._complete = generation
+        return True
+
+    @property
+    def complete(self) -> bool:
+        """Whether the cache holds every live webhook of the current generation."""
+        return self._complete is not None and self._complete == self._generation
 
     # --- validation --------------------------------------------------------------------------------
 
@@ -166,9 +195,15 @@ class WebhookCache:
         """Read the generation on every request for the next ``local_write_seconds``."""
         self._distrust_until = self._monotonic() + self.local_write_seconds
 
-    async def validate(self, read: Callable[[], Awaitable[int]]) -> int | None:
+    async def validate(
+        self,
+        read: Callable[[], Awaitable[int]],
+        load: Callable[[int], Awaitable[list[WebhookRow]]] | None = None,
+    ) -> int | None:
         """The generation under which the cache may answer this request, reading it with ``read`` when
-        the last read is too old; None when that read failed (look up without the cache)."""
+        the last read is too old; None when that read failed (look up without the cache). With
+        ``snapshot`` on, a read that finds a new generation also loads every live webhook with ``load``
+        (given the most it may return), once per generation."""
         now = self._monotonic()
         need = now if now < self._distrust_until else now - self.recheck_seconds
         while True:
@@ -176,7 +211,7 @@ class WebhookCache:
                 return self._generation
             if self._pending is None:
                 started = self._monotonic()
-                task = asyncio.ensure_future(self._refresh(read, started))
+                task = asyncio.ensure_future(self._refresh(read, load if self.snapshot else None, started))
                 task.add_done_callback(_retrieve)  # waiters may all be gone (cancelled requests)
                 self._pending = (task, started)
             task, started = self._pending
@@ -187,11 +222,22 @@ class WebhookCache:
                     return None
             # else loop: either valid now, or the read we waited for started too early for this request
 
-    async def _refresh(self, read: Callable[[], Awaitable[int]], started: float) -> int:
+    async def _refresh(
+        self,
+        read: Callable[[], Awaitable[int]],
+        load: Callable[[int], Awaitable[list[WebhookRow]]] | None,
+        started: float,
+    ) -> int:
         try:
             self.generation_reads += 1
             generation = await read()
             self.observe(generation, started)
+            if load is not None and self._snapshot_tried != generation:
+                self._snapshot_tried = generation
+                try:
+                    self.fill(await load(self.max_entries + 1), generation)
+                except Exception:  # meanwhile UIDs are looked up one by one; the next refresh tries again
+                    self._snapshot_tried = None
             return generation
         finally:
             self._pending = None
@@ -249,6 +295,11 @@ def _retrieve(task: asyncio.Task[int]) -> None:
         task.exception()
 
 
+async def _load_live(readers: async_sessionmaker[AsyncSession], limit: int) -> list[WebhookRow]:
+    async with readers() as reader, reader.begin():
+        return await live_webhooks(reader, limit)
+
+
 class DirectReader(Protocol):
     """The SQLite loop-thread reader (:class:`api.ingress.direct.DirectSqlite`): errors are returned."""
 
@@ -276,7 +327,7 @@ async def find_live_webhook(
         # SQLite could not answer on this thread at once: the async path, uncached.
         async with readers() as reader, reader.begin():
             return await find_webhook(reader, uid)
-    valid = await cache.validate(lambda: read_generation(readers))
+    valid = await cache.validate(lambda: read_generation(readers), lambda limit: _load_live(readers, limit))
     if valid is not None:
         cached = cache.get(uid)
         if cached is not MISS:

@@ -198,3 +198,55 @@ def test_watch_distrusts_after_a_commit_that_wrote_webhooks_and_removes_its_list
         conn.execute(text("DELETE FROM webhooks"))
     assert cache._distrust_until < ticks.now
     engine.dispose()
+
+
+class Snapshots:
+    """A live-webhooks source: counts loads, can fail."""
+
+    def __init__(self, uids: list[str]) -> None:
+        self.uids, self.loads, self.fail = uids, 0, False
+
+    async def __call__(self, limit: int) -> list[WebhookRow]:
+        self.loads += 1
+        if self.fail:
+            raise OSError("database down")
+        return [_row(uid) for uid in self.uids[:limit]]
+
+
+async def test_a_complete_snapshot_answers_every_uid_and_is_loaded_once_per_generation() -> None:
+    ticks, generations, snapshots = Ticks(), Generations(1), Snapshots(["wh_a", "wh_b"])
+    cache = WebhookCache(monotonic=ticks, snapshot=True)
+    assert await cache.validate(generations, snapshots) == 1
+    assert cache.complete and snapshots.loads == 1
+    assert cache.get("wh_a") == _row("wh_a") and cache.get("wh_never_seen") is None  # no read needed
+    ticks.now += 1
+    assert await cache.validate(generations, snapshots) == 1
+    assert generations.reads == 2 and snapshots.loads == 1  # same generation: not loaded again
+    generations.value, snapshots.uids = 2, ["wh_b", "wh_c"]
+    ticks.now += 1
+    assert await cache.validate(generations, snapshots) == 2
+    assert snapshots.loads == 2 and cache.get("wh_c") == _row("wh_c") and cache.get("wh_a") is None
+    cache.observe(3)  # a change seen before the next snapshot: nothing is known complete
+    assert not cache.complete and cache.get("wh_b") is MISS
+
+
+async def test_without_a_snapshot_the_cache_stays_an_lru_of_single_lookups() -> None:
+    ticks, generations, snapshots = Ticks(), Generations(1), Snapshots([f"wh_{i}" for i in range(9)])
+    too_many = WebhookCache(max_entries=8, monotonic=ticks, snapshot=True)
+    assert await too_many.validate(generations, snapshots) == 1
+    assert not too_many.complete and too_many.get("wh_0") is MISS and too_many.get("wh_x") is MISS
+    ticks.now += 1
+    await too_many.validate(generations, snapshots)
+    assert snapshots.loads == 1  # not retried for the same generation
+    failing, snapshots.fail = WebhookCache(monotonic=ticks, snapshot=True), True
+    assert await failing.validate(generations, snapshots) == 1  # the generation still validates
+    assert not failing.complete and failing.get("wh_x") is MISS
+    snapshots.fail = False
+    ticks.now += 1
+    await failing.validate(generations, snapshots)
+    assert failing.complete and snapshots.loads == 3  # a failed load is retried at the next read
+    off = WebhookCache(monotonic=ticks)  # snapshot off (the SQLite loop-thread path): never loaded
+    await off.validate(generations, snapshots)
+    assert snapshots.loads == 3 and not off.complete
+    # a snapshot read under a generation that has moved on is refused
+    assert not failing.fill([_row("wh_z")], 0) and failing.get("wh_z") is None
