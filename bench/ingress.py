@@ -1,6 +1,7 @@
 """Ingress throughput and latency against a bare aiohttp baseline measured in the same run.
 
     .venv/bin/python bench/ingress.py [--duration 5] [--connections 16] [--automations 1]
+        [--database URL] [--scenario accept|unknown|badauth] [--processes N] [--profile FILE]
 
 Starts two servers, each in its own process on loopback: the real app (SQLite in WAL mode, limits raised
 so that nothing is rate limited, a token-mode webhook with ``--automations`` matching automations, so
@@ -9,6 +10,14 @@ the body and answers 202. Both are driven by the same closed-loop generator - ``
 (a Lua script stamps a unique ``X-Factory-Delivery-Id`` on each ~1 KB JSON body), else an aiohttp
 client with a bounded number of in-flight requests - and the script prints accepted/s, p50 and p99 for
 both and the ratio. Access logs are off in both servers so the comparison is about request handling.
+
+``--scenario`` picks the load: ``accept`` (unique deliveries, the default), ``unknown`` (each request to a
+new unknown UID: a 404 flood) or ``badauth`` (a wrong token: 401s until the failed-request budget of 30 per
+minute is spent, then 429s). For the floods the rate is answered requests per second, and the script also
+prints how many rows the measured run added to the delivery log, the rate counters and the runs (the
+database must grow by a bounded number of rows per window, not per request). ``--processes N`` (PostgreSQL)
+measures the deployed command instead of the bare app: ``factoryctl serve --processes 1`` and
+``--processes N`` (JSON access log included), in the same run, and prints their ratio.
 
 It also times routing one delivery against 2,000 compiled payload filters on one webhook: the pure
 in-process match, and the full routing step (the routing-rows SELECT plus matching) on SQLite.
@@ -29,6 +38,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aiohttp import ClientSession, ClientTimeout, web
 from cryptography.fernet import Fernet
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from api.app import create_app
 from api.context import ServerSettings
@@ -50,6 +62,9 @@ from store.models import Automation, AutomationWebhook, Factory, Webhook
 from store.teams import ensure_team
 
 TOKEN = "bench-token-0123456789"
+WRONG_TOKEN = "wrong-token-0123456789"
+SCENARIOS = ("accept", "unknown", "badauth")
+AUTH_BUDGET = 30  # --auth-failure-limit's default: failed requests per webhook per minute
 BODY = json.dumps({"action": "opened", "repository": {"name": "repo-7"}, "text": "x" * 900}).encode()
 
 WRK_SCRIPT = """
@@ -69,13 +84,18 @@ end
 function request()
   counter = counter + 1
   wrk.headers["X-Factory-Delivery-Id"] = prefix .. tid .. "-" .. counter
+  if %(unknown)s then
+    return wrk.format(nil, "/webhooks/w/wh_flood" .. prefix .. tid .. "x" .. counter, nil, nil)
+  end
   return wrk.format(nil, nil, nil, nil)
 end
+
 function done(summary, latency, requests)
-  local errors = summary.errors.connect + summary.errors.read + summary.errors.write
-      + summary.errors.timeout + summary.errors.status
-  local fmt = 'RESULT {"requests": %%d, "errors": %%d, "duration_us": %%d, "p50_us": %%d, "p99_us": %%d}\\n'
-  io.write(string.format(fmt, summary.requests, errors, summary.duration,
+  local io_errors = summary.errors.connect + summary.errors.read + summary.errors.write
+      + summary.errors.timeout
+  local fmt = 'RESULT {"requests": %%d, "status_errors": %%d, "io_errors": %%d, "duration_us": %%d, '
+      .. '"p50_us": %%d, "p99_us": %%d}\\n'
+  io.write(string.format(fmt, summary.requests, summary.errors.status, io_errors, summary.duration,
     latency:percentile(50), latency:percentile(99)))
 end
 """
@@ -126,7 +146,7 @@ async def seed_webhook(db_url: str, key: str, automations: int) -> str:
     return hook.uid
 
 
-async def _serve(kind: str, port: int, db_url: str, key: str, data_dir: str) -> None:
+async def _serve(kind: str, port: int, db_url: str, key: str, data_dir: str, auth_limit: int) -> None:
     if kind == "bare":
 
         async def handler(request: web.Request) -> web.Response:
@@ -139,7 +159,7 @@ async def _serve(kind: str, port: int, db_url: str, key: str, data_dir: str) -> 
     else:
         engine = create_engine(db_url)
         settings = ServerSettings(
-            data_dir=Path(data_dir), port=port, delivery_rate_limit=10**9, auth_failure_limit=10**9
+            data_dir=Path(data_dir), port=port, delivery_rate_limit=10**9, auth_failure_limit=auth_limit
         )
         app = create_app(
             settings, engine, SecretBox.from_setting(key), route_modules=("api.ops", "api.ingress.routes")
@@ -173,13 +193,15 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
     raise SystemExit("server did not start")
 
 
-def _run_wrk(url: str, duration: float, connections: int, prefix: str) -> dict[str, float]:
+def _run_wrk(url: str, args: argparse.Namespace, prefix: str) -> dict[str, float]:
+    token = WRONG_TOKEN if args.scenario == "badauth" else TOKEN
+    unknown = "true" if args.scenario == "unknown" else "false"
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
-        fh.write(WRK_SCRIPT % {"prefix": prefix, "body": BODY.decode(), "token": TOKEN})
+        fh.write(WRK_SCRIPT % {"prefix": prefix, "body": BODY.decode(), "token": token, "unknown": unknown})
         script = fh.name
     try:
         out = subprocess.run(
-            ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "-s", script, url],
+            ["wrk", "-t1", f"-c{args.connections}", f"-d{max(1, round(args.duration))}s", "-s", script, url],
             capture_output=True,
             text=True,
             check=True,
@@ -188,47 +210,56 @@ def _run_wrk(url: str, duration: float, connections: int, prefix: str) -> dict[s
         os.unlink(script)
     line = next(line for line in out.splitlines() if line.startswith("RESULT "))
     raw = json.loads(line[len("RESULT ") :])
-    ok = raw["requests"] - raw["errors"]
+    answered = raw["requests"] - raw["io_errors"]
     return {
-        "accepted_per_s": ok / (raw["duration_us"] / 1e6),
+        "answered_per_s": answered / (raw["duration_us"] / 1e6),
+        "accepted_per_s": (answered - raw["status_errors"]) / (raw["duration_us"] / 1e6),
         "p50_ms": raw["p50_us"] / 1000,
         "p99_ms": raw["p99_us"] / 1000,
-        "errors": raw["errors"],
+        "io_errors": raw["io_errors"],
+        "not_2xx": raw["status_errors"],
     }
 
 
-async def _run_aiohttp(url: str, duration: float, connections: int, prefix: str) -> dict[str, float]:
+async def _run_aiohttp(url: str, args: argparse.Namespace, prefix: str) -> dict[str, float]:
     latencies: list[float] = []
-    errors = 0
-    stop = time.perf_counter() + duration
+    io_errors = not_2xx = 0
+    stop = time.perf_counter() + args.duration
     counter = iter(range(10**9))
+    token = WRONG_TOKEN if args.scenario == "badauth" else TOKEN
 
     async def worker(http: ClientSession) -> None:
-        nonlocal errors
+        nonlocal io_errors, not_2xx
         while time.perf_counter() < stop:
+            n = next(counter)
             headers = {
-                "Authorization": f"Bearer {TOKEN}",
+                "Authorization": f"Bearer {token}",
                 "Content-Type": "application/json",
-                "X-Factory-Delivery-Id": f"{prefix}{next(counter)}",
+                "X-Factory-Delivery-Id": f"{prefix}{n}",
             }
+            target = url.rsplit("/", 1)[0] + f"/wh_flood{prefix}{n}" if args.scenario == "unknown" else url
             start = time.perf_counter()
-            async with http.post(url, data=BODY, headers=headers) as resp:
-                await resp.read()
-                if resp.status == 202:
-                    latencies.append(time.perf_counter() - start)
-                else:
-                    errors += 1
+            try:
+                async with http.post(target, data=BODY, headers=headers) as resp:
+                    await resp.read()
+                    not_2xx += resp.status >= 300
+            except OSError:
+                io_errors += 1
+                continue
+            latencies.append(time.perf_counter() - start)
 
     began = time.perf_counter()
     async with ClientSession(timeout=ClientTimeout(total=30)) as http:
-        await asyncio.gather(*(worker(http) for _ in range(connections)))
+        await asyncio.gather(*(worker(http) for _ in range(args.connections)))
     elapsed = time.perf_counter() - began
     cuts = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [0.0] * 99
     return {
-        "accepted_per_s": len(latencies) / elapsed,
+        "answered_per_s": len(latencies) / elapsed,
+        "accepted_per_s": (len(latencies) - not_2xx) / elapsed,
         "p50_ms": cuts[49] * 1000,
         "p99_ms": cuts[98] * 1000,
-        "errors": errors,
+        "io_errors": io_errors,
+        "not_2xx": not_2xx,
     }
 
 
@@ -237,13 +268,52 @@ def _profile(pid: int, args: argparse.Namespace) -> subprocess.Popen[bytes]:
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     cmd = [spy, "record", "--pid", str(pid), "--format", "raw", "--output", args.profile]
     cmd += ["--duration", str(max(1, round(args.duration))), "--rate", "250", "--nonblocking"]
+    if args.processes:
+        cmd.append("--subprocesses")
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def _uses_wrk(args: argparse.Namespace) -> bool:
+    return args.runner == "wrk" or (args.runner == "auto" and shutil.which("wrk") is not None)
+
+
 def _drive(url: str, args: argparse.Namespace, prefix: str) -> dict[str, float]:
-    if args.runner == "wrk" or (args.runner == "auto" and shutil.which("wrk")):
-        return _run_wrk(url, args.duration, args.connections, prefix)
-    return asyncio.run(_run_aiohttp(url, args.duration, args.connections, prefix))
+    if _uses_wrk(args):
+        return _run_wrk(url, args, prefix)
+    return asyncio.run(_run_aiohttp(url, args, prefix))
+
+
+async def _row_counts(db_url: str) -> dict[str, int]:
+    """Rows of the tables a request can grow (the delivery log, the rate counters, the runs)."""
+    engine = create_engine(db_url)
+    try:
+        async with engine.connect() as conn:
+            return {
+                table: int((await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one())
+                for table in ("deliveries", "rate_counters", "runs")
+            }
+    finally:
+        await engine.dispose()
+
+
+def _probe(url: str, args: argparse.Namespace) -> Counter[int]:
+    """The statuses of three requests like the load's, sent after it (what a sender sees by then)."""
+    seen: Counter[int] = Counter()
+    token = WRONG_TOKEN if args.scenario == "badauth" else TOKEN
+    for n in range(3):
+        target = url.rsplit("/", 1)[0] + f"/wh_probe{n}" if args.scenario == "unknown" else url
+        request = urllib.request.Request(
+            target,
+            data=BODY,
+            method="POST",
+            headers={"Authorization": f"Bearer {token}", "X-Factory-Delivery-Id": f"probe-{n}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                seen[resp.status] += 1
+        except urllib.error.HTTPError as error:
+            seen[error.code] += 1
+    return seen
 
 
 # --- filter matching -----------------------------------------------------------------------------------
@@ -305,6 +375,19 @@ async def _filters_bench(tmp: Path, key: str) -> dict[str, float]:
 # --- main ----------------------------------------------------------------------------------------------
 
 
+def _server_cmd(
+    kind: str, port: int, db_url: str, key: str, tmp: Path, args: argparse.Namespace
+) -> list[str]:
+    auth_limit = str(AUTH_BUDGET if args.scenario == "badauth" else 10**9)
+    if kind.startswith("serve-"):  # the real `factoryctl serve`, as deployed (JSON access log included)
+        cli = str(Path(sys.executable).with_name("factoryctl"))
+        cmd = [cli, "--database", db_url, "--data-dir", str(tmp / "serve"), "serve", "--port", str(port)]
+        cmd += ["--workers", "0", "--processes", kind.removeprefix("serve-")]
+        return [*cmd, "--delivery-rate-limit", str(10**9), "--auth-failure-limit", auth_limit]
+    cmd = [sys.executable, __file__, "--serve", kind, "--port", str(port), "--db", db_url]
+    return [*cmd, f"--key={key}", f"--data-dir={tmp}", f"--auth-limit={auth_limit}"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=5.0)
@@ -312,6 +395,19 @@ def main() -> None:
     parser.add_argument("--automations", type=int, default=1, help="matching automations (runs per delivery)")
     parser.add_argument("--runner", choices=("auto", "wrk", "aiohttp"), default="auto")
     parser.add_argument("--database", help="store URL for the real app (an empty database; default SQLite)")
+    parser.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default="accept",
+        help="accept: unique deliveries (default); unknown: a new unknown UID per request (404 flood); "
+        f"badauth: a wrong token (401 flood, then 429 past the budget of {AUTH_BUDGET}/min)",
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        metavar="N",
+        help="measure `factoryctl serve --processes 1` and `--processes N` (PostgreSQL) instead of the app",
+    )
     parser.add_argument(
         "--profile",
         metavar="FILE",
@@ -322,59 +418,94 @@ def main() -> None:
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--key", help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--auth-limit", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(_serve(args.serve, args.port, args.db, args.key, args.data_dir))
+        asyncio.run(_serve(args.serve, args.port, args.db, args.key, args.data_dir, args.auth_limit))
         return
+    if args.processes and not (args.database or "").startswith("postgresql"):
+        raise SystemExit("--processes needs --database postgresql://... (serve refuses several on SQLite)")
 
     tmp = Path(tempfile.mkdtemp(prefix="factory-bench-"))
     key = Fernet.generate_key().decode()
     db_url = args.database or f"sqlite+aiosqlite:///{tmp / 'factory.db'}"
     hook_uid = asyncio.run(seed_webhook(db_url, key, args.automations))
+    kinds = ["bare"] + (["serve-1", f"serve-{args.processes}"] if args.processes else ["real"])
     results: dict[str, dict[str, float]] = {}
+    growth: dict[str, dict[str, int]] = {}
+    probes: dict[str, Counter[int]] = {}
+    filters: dict[str, float] | None = None
     try:
-        for kind in ("bare", "real"):
+        for kind in kinds:
             port = _free_port()
-            cmd = [sys.executable, __file__, "--serve", kind, "--port", str(port), "--db", db_url]
-            cmd += [f"--key={key}", f"--data-dir={tmp}"]
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+            env = {**os.environ, "FACTORY_SECRET_KEY": key}
+            cmd = _server_cmd(kind, port, db_url, key, tmp, args)
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
             try:
                 _wait_port(port, proc)
                 url = f"http://127.0.0.1:{port}/webhooks/w/{hook_uid}"
-                _drive(url, argparse.Namespace(**{**vars(args), "duration": 1.0}), f"warm-{kind}-")
-                spy = _profile(proc.pid, args) if kind == "real" and args.profile else None
+                warm = 3.0 if kind.startswith("serve-") else 1.0  # let secondaries start and warm up
+                _drive(url, argparse.Namespace(**{**vars(args), "duration": warm}), f"warm-{kind}-")
+                before = asyncio.run(_row_counts(db_url)) if kind != "bare" else {}
+                spy = _profile(proc.pid, args) if kind != "bare" and args.profile else None
                 results[kind] = _drive(url, args, f"{kind}-")
                 if spy is not None:
                     spy.wait(30)
+                if kind != "bare":
+                    after = asyncio.run(_row_counts(db_url))
+                    growth[kind] = {table: after[table] - before[table] for table in after}
+                probes[kind] = _probe(url, args)
             finally:
                 proc.terminate()
-                proc.wait(10)
-        filters = asyncio.run(_filters_bench(tmp, key))
+                proc.wait(30)
+        if args.scenario == "accept" and not args.processes:
+            filters = asyncio.run(_filters_bench(tmp, key))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    runner = "wrk" if args.runner == "wrk" or (args.runner == "auto" and shutil.which("wrk")) else "aiohttp"
+    _report(args, db_url, results, growth, probes, filters)
+
+
+def _report(
+    args: argparse.Namespace,
+    db_url: str,
+    results: dict[str, dict[str, float]],
+    growth: dict[str, dict[str, int]],
+    probes: dict[str, Counter[int]],
+    filters: dict[str, float] | None,
+) -> None:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     python = platform.python_version()
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {python}, load average {load}")
     print(f"date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}")
     print(
-        f"load: {runner}, {args.connections} connections, {args.duration:g}s, {len(BODY)}-byte JSON, "
+        f"load: {'wrk' if _uses_wrk(args) else 'aiohttp'}, {args.connections} connections, "
+        f"{args.duration:g}s, {len(BODY)}-byte JSON, scenario {args.scenario}, "
         f"{args.automations} matching automation(s) per delivery, store {db_url.split(':')[0]}"
     )
-    for kind, label in (("bare", "bare aiohttp 202"), ("real", "factoryctl ingress")):
-        r = results[kind]
+    measure = "accepted_per_s" if args.scenario == "accept" else "answered_per_s"
+    unit = "accepted/s" if args.scenario == "accept" else "answered/s"
+    bare = results["bare"][measure]
+    for kind, r in results.items():
+        label = "bare aiohttp 202" if kind == "bare" else ("factoryctl app" if kind == "real" else kind)
+        rows = "   ".join(f"+{n} {table}" for table, n in growth.get(kind, {}).items())
+        statuses = ", ".join(f"{code}x{n}" for code, n in sorted(probes.get(kind, Counter()).items()))
         print(
-            f"{label:20s} {r['accepted_per_s']:9.0f} accepted/s   p50 {r['p50_ms']:7.2f} ms   "
-            f"p99 {r['p99_ms']:7.2f} ms   errors {int(r['errors'])}"
+            f"{label:18s} {r[measure]:9.0f} {unit}   p50 {r['p50_ms']:7.2f} ms   p99 {r['p99_ms']:7.2f} ms"
+            f"   not-2xx {int(r['not_2xx'])}   io errors {int(r['io_errors'])}   {rows}   probes: {statuses}"
         )
-    ratio = results["real"]["accepted_per_s"] / results["bare"]["accepted_per_s"]
-    print(f"ratio (ingress / bare): {ratio:.2f}")
-    print(
-        f"filters: 2000 compiled filters on one webhook, {int(filters['matches'])} match: "
-        f"pure match {filters['pure_match_ms']:.3f} ms/delivery, "
-        f"routing step incl. SELECT {filters['routing_step_ms']:.2f} ms/delivery"
-    )
+    for kind, r in results.items():
+        if kind != "bare":
+            print(f"ratio ({kind} / bare): {r[measure] / bare:.2f}")
+    if args.processes:
+        one, many = results["serve-1"][measure], results[f"serve-{args.processes}"][measure]
+        print(f"ratio (serve-{args.processes} / serve-1): {many / one:.2f}")
+    if filters is not None:
+        print(
+            f"filters: 2000 compiled filters on one webhook, {int(filters['matches'])} match: "
+            f"pure match {filters['pure_match_ms']:.3f} ms/delivery, "
+            f"routing step incl. SELECT {filters['routing_step_ms']:.2f} ms/delivery"
+        )
 
 
 if __name__ == "__main__":
