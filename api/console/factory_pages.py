@@ -16,7 +16,7 @@ from typing import Any, Final
 from aiohttp import web
 from sqlalchemy import select
 
-from api.console.rendering import or_404, pretty_json, render
+from api.console.rendering import or_404, pretty_json, render, when
 from api.console.security import changing, signed_in
 from api.console.sessions import ConsoleUser
 from api.context import CLOCK, SESSIONS, SETTINGS
@@ -147,7 +147,8 @@ def _delivery_view(entry: Entry, runs: list[str]) -> dict[str, Any]:
         "delivery_id": entry.delivery_id,
         "status": entry.status,
         "size": entry.size,
-        "received_at": rfc3339(entry.received_at),
+        "received_at": when(entry.received_at),
+        "received_iso": rfc3339(entry.received_at),
         "detail": entry.detail,
         "run_ids": runs if stored else [],
         "payload": payload,
