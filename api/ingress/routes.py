@@ -92,12 +92,10 @@ class _TooLarge(Exception):
 
 
 async def receive(request: web.Request) -> web.Response:
+    """``POST /webhooks/w/{uid}[/{token}]``. No session is opened up front: a 404, a 429 and an accepted
+    delivery (the group-commit writer has its own connection) need none, and under a flood of them one
+    per request cost about 15% of the request (docs/benchmarks.md, "Ingress at production speed")."""
     ingress = request.app[INGRESS]
-    async with ingress.sessions() as session:
-        return await _receive(request, ingress, session)
-
-
-async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession) -> web.Response:
     uid, token = request.match_info["uid"], request.match_info.get("token")
     settings = ingress.settings
     # (1) The live webhook (cached while ingress_generation is unchanged) and its captured secret (cached
@@ -108,7 +106,7 @@ async def _receive(request: web.Request, ingress: Ingress, session: AsyncSession
         ingress.count("not_found")
         raise ResourceNotFound(_NOT_FOUND)
     now = ingress.clock.now()
-    failed = _Failures(ingress, session, webhook, now.timestamp())
+    failed = _Failures(ingress, webhook, now.timestamp())
     # (2) Failed-request budget.
     budget = await ingress.counter.check(failed.key, settings.auth_failure_limit, failed.epoch)
     if not budget.allowed:
@@ -190,7 +188,6 @@ class _Failures:
     """
 
     ingress: Ingress
-    session: AsyncSession
     webhook: WebhookRow
     epoch: float
 
@@ -208,7 +205,8 @@ class _Failures:
         decision = await self.ingress.counter.consume(self.key, limit, self.epoch)
         if not decision.allowed:
             raise self.budget_spent(decision)
-        await _log(self.ingress, self.session, self.webhook, delivery_id, status, size, detail)
+        async with self.ingress.sessions() as session:
+            await _log(self.ingress, session, self.webhook, delivery_id, status, size, detail)
 
 
 def _verify(
