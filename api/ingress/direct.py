@@ -36,7 +36,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
-from api.ingress.lookup import WEBHOOK_QUERY, WebhookRow, webhook_row
+from api.ingress.lookup import LIVE_WEBHOOKS_QUERY, WEBHOOK_QUERY, WebhookRow, webhook_row
 from api.ingress.webhook_cache import GENERATION_QUERY, GenerationMissing
 
 T = TypeVar("T")
@@ -74,6 +74,10 @@ class DirectSqlite:
         if compiled.positiontup != ["uid"]:
             raise RuntimeError("the webhook query must take exactly one parameter, the UID")
         self._webhook_sql = str(compiled)  # plain columns, no type conversions: run it on the driver
+        live = LIVE_WEBHOOKS_QUERY.compile(dialect=writer.dialect)
+        if live.positiontup:
+            raise RuntimeError("the live-webhooks query must take no parameter")
+        self._live_sql = f"{live} LIMIT ?"
         generation = GENERATION_QUERY.compile(dialect=writer.dialect, compile_kwargs={"literal_binds": True})
         self._generation_sql = str(generation)
 
@@ -104,8 +108,18 @@ class DirectSqlite:
         found = self._read_one(self._webhook_sql, (uid,))
         return found if isinstance(found, sqlite3.Error) else webhook_row(found)
 
+    def live_webhooks(self, limit: int) -> list[WebhookRow] | sqlite3.Error:
+        """Up to ``limit`` live webhooks (every team's), read on the calling thread, or the error."""
+        rows = self._read(self._live_sql, (limit,), all_rows=True)
+        if isinstance(rows, sqlite3.Error):
+            return rows
+        return [row for row in map(webhook_row, rows) if row is not None]
+
     def _read_one(self, sql: str, params: tuple[Any, ...]) -> Any:
         """The first row of a read on the reader connection (None: no row), or the sqlite3 error."""
+        return self._read(sql, params, all_rows=False)
+
+    def _read(self, sql: str, params: tuple[Any, ...], *, all_rows: bool) -> Any:
         try:
             if self._reader is None:
                 self._reader = sqlite3.connect(self._path, check_same_thread=False, timeout=0)
@@ -114,7 +128,7 @@ class DirectSqlite:
             # with the cursor.
             cursor = self._reader.execute(sql, params)
             try:
-                return cursor.fetchone()
+                return cursor.fetchall() if all_rows else cursor.fetchone()
             finally:
                 cursor.close()
         except sqlite3.Error as exc:

@@ -77,7 +77,7 @@ _WEBHOOKS = select(
 _LIVE = and_(Webhook.enabled.is_(True), Webhook.deleted_at.is_(None))
 WEBHOOK_QUERY = _WEBHOOKS.where(Webhook.uid == bindparam("uid"), _LIVE)
 # Every live webhook of every team, for the cache's complete snapshot (api.ingress.webhook_cache).
-LIVE_WEBHOOKS_QUERY = _WEBHOOKS.where(_LIVE).limit(bindparam("limit"))
+LIVE_WEBHOOKS_QUERY = _WEBHOOKS.where(_LIVE)
 
 # Routing rows of enabled automations of each webhook's own team and factory; the filter comes back as
 # its JSON text so that the compiled-filter cache is consulted without decoding it.
@@ -137,7 +137,7 @@ async def find_webhook(session: AsyncSession, uid: str) -> WebhookRow | None:
 
 async def live_webhooks(session: AsyncSession, limit: int) -> list[WebhookRow]:
     """Up to ``limit`` live webhooks (every team's)."""
-    rows = (await session.execute(LIVE_WEBHOOKS_QUERY, {"limit": limit})).all()
+    rows = (await session.execute(LIVE_WEBHOOKS_QUERY.limit(limit))).all()
     return [row for row in map(webhook_row, rows) if row is not None]
 
 

@@ -329,9 +329,9 @@ def _readers(
 def setup(app: web.Application) -> None:
     engine, filters = app[ENGINE], FilterCache()
     direct = DirectSqlite.open(engine)
-    # Without the loop-thread reader each lookup is a round trip: keep a snapshot of every live webhook,
-    # so that an unknown UID costs none (docs/ingress.md, "Webhook lookup cache").
-    webhooks = WebhookCache(snapshot=direct is None)
+    # A snapshot of every live webhook: an unknown UID costs no lookup (docs/ingress.md, "Webhook lookup
+    # cache").
+    webhooks = WebhookCache(snapshot=True)
     if direct is None:  # the generation is read at most every 100 ms: see this process's writes at once
         app.cleanup_ctx.append(webhooks.watching(engine.sync_engine))
     app[INGRESS] = Ingress(

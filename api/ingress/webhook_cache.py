@@ -16,10 +16,11 @@ the CLI - cannot bypass it). When the value changes the cache is emptied. How of
   listener notices writes to those tables and the cache then reads the value on every request for a
   second after the commit (:meth:`WebhookCache.watch`).
 
-Where each lookup is a round trip (PostgreSQL), the cache also keeps a **complete snapshot**: a read that
-finds a new generation loads every live webhook (one query, up to ``max_entries``), and while the
-snapshot is current any UID not in it is known not to be live - a flood of never-seen UIDs costs no
-statement at all. With more live webhooks than that, it stays an LRU of single lookups.
+The cache also keeps a **complete snapshot**: when it sees a new generation it loads every live webhook
+(one query, up to ``max_entries``; on the SQLite loop thread, which must not stall, up to
+:data:`DIRECT_SNAPSHOT_MAX`), and while the snapshot is current any UID not in it is known not to be
+live - a flood of never-seen UIDs costs no lookup at all. With more live webhooks than that, it stays an
+LRU of single lookups.
 
 A request whose generation read fails uses the uncached lookup: stale data is never served because the
 database could not be asked.
@@ -176,6 +177,19 @@ class WebhookCache:
         self._complete = generation
         return True
 
+    def wants_snapshot(self, generation: int, most: int) -> bool:
+        """Whether to load a snapshot of up to ``most`` webhooks now: snapshots are on, and none was
+        loaded for ``generation`` yet, nor refused as too large for it (each is tried once per
+        generation; a failed load is tried again)."""
+        if not self.snapshot or self._snapshot_tried == generation:
+            return False
+        self._snapshot_tried = generation
+        return most <= self.max_entries
+
+    def retry_snapshot(self) -> None:
+        """The snapshot load failed: try again at the next chance."""
+        self._snapshot_tried = None
+
     @property
     def complete(self) -> bool:
         """Whether the cache holds every live webhook of the current generation."""
@@ -232,12 +246,11 @@ class WebhookCache:
             self.generation_reads += 1
             generation = await read()
             self.observe(generation, started)
-            if load is not None and self._snapshot_tried != generation:
-                self._snapshot_tried = generation
+            if load is not None and self.wants_snapshot(generation, self.max_entries):
                 try:
                     self.fill(await load(self.max_entries + 1), generation)
                 except Exception:  # meanwhile UIDs are looked up one by one; the next refresh tries again
-                    self._snapshot_tried = None
+                    self.retry_snapshot()
             return generation
         finally:
             self._pending = None
@@ -295,6 +308,11 @@ def _retrieve(task: asyncio.Task[int]) -> None:
         task.exception()
 
 
+# On the SQLite loop thread a snapshot is read synchronously: keep it small enough not to stall the loop
+# (about a millisecond per 500 webhooks); with more, unknown UIDs are looked up one by one (microseconds).
+DIRECT_SNAPSHOT_MAX = 1_000
+
+
 async def _load_live(readers: async_sessionmaker[AsyncSession], limit: int) -> list[WebhookRow]:
     async with readers() as reader, reader.begin():
         return await live_webhooks(reader, limit)
@@ -307,6 +325,8 @@ class DirectReader(Protocol):
 
     def find_webhook(self, uid: str) -> WebhookRow | Exception | None: ...
 
+    def live_webhooks(self, limit: int) -> list[WebhookRow] | Exception: ...
+
 
 async def find_live_webhook(
     cache: WebhookCache, readers: async_sessionmaker[AsyncSession], direct: DirectReader | None, uid: str
@@ -317,6 +337,12 @@ async def find_live_webhook(
         generation = direct.generation()
         if not isinstance(generation, Exception):
             cache.observe(generation)
+            if cache.wants_snapshot(generation, DIRECT_SNAPSHOT_MAX):
+                live = direct.live_webhooks(DIRECT_SNAPSHOT_MAX + 1)
+                if isinstance(live, Exception):
+                    cache.retry_snapshot()
+                elif len(live) <= DIRECT_SNAPSHOT_MAX:
+                    cache.fill(live, generation)
             cached = cache.get(uid)
             if cached is not MISS:
                 return cached
