@@ -249,6 +249,21 @@ async def webhook(
     )
 
 
+async def token_webhooks(
+    session: AsyncSession, box: SecretBox, clock: Clock, team_id: str, factory_uid: str, names: Sequence[str]
+) -> dict[str, str]:
+    """Token webhooks named ``names``, each with its own secret ``<name>-secret`` holding
+    ``token-<name>`` (the bearer token a sender uses); {name: uid}."""
+    uids: dict[str, str] = {}
+    for name in names:
+        info = await secret(session, box, clock, team_id, f"{name}-secret", f"token-{name}")
+        hook = await webhook(
+            session, clock, team_id, factory_uid, name, secret_name=info.name, secret_version=info.version
+        )
+        uids[name] = hook.uid
+    return uids
+
+
 def webhook_trigger(webhook_uids: Sequence[str], payload_filter: dict[str, Any] | None = None) -> TriggerSpec:
     """A ``webhook``/``received`` trigger selecting ``webhook_uids``; ``payload_filter`` None matches all."""
     return TriggerSpec("webhook", "received", tuple(webhook_uids), payload_filter)

@@ -32,22 +32,10 @@ async def _seed(url: str, key: str) -> tuple[dict[str, str], str]:
     """Two token webhooks (``dedup`` with an automation, ``rate``); returns {name: uid}, automation uid."""
     engine = create_engine(url)
     clock, box = SystemClock(), SecretBox.from_setting(key)
-    hooks: dict[str, str] = {}
     async with session_factory(engine)() as s, s.begin():
         team = await builders.team(s)
         factory = await builders.factory(s, clock, team.id, "pair")
-        for name in ("dedup", "rate"):
-            info = await builders.secret(s, box, clock, team.id, f"{name}-secret", f"token-{name}")
-            hook = await builders.webhook(
-                s,
-                clock,
-                team.id,
-                factory.uid,
-                name,
-                secret_name=f"{name}-secret",
-                secret_version=info.version,
-            )
-            hooks[name] = hook.uid
+        hooks = await builders.token_webhooks(s, box, clock, team.id, factory.uid, ("dedup", "rate"))
         automation = await builders.automation(
             s,
             clock,

@@ -92,22 +92,10 @@ async def _seed(url: str) -> tuple[str, str]:
     """A token webhook ``plain`` (no automation) and ``hook`` (with one); their uids."""
     engine = create_engine(url)
     clock, box = SystemClock(), SecretBox.from_setting(KEY)
-    uids: dict[str, str] = {}
     async with session_factory(engine)() as s, s.begin():
         team = await builders.team(s)
         factory = await builders.factory(s, clock, team.id, "seeded")
-        for name in ("plain", "hook"):
-            info = await builders.secret(s, box, clock, team.id, f"{name}-secret", f"token-{name}")
-            webhook = await builders.webhook(
-                s,
-                clock,
-                team.id,
-                factory.uid,
-                name,
-                secret_name=f"{name}-secret",
-                secret_version=info.version,
-            )
-            uids[name] = webhook.uid
+        uids = await builders.token_webhooks(s, box, clock, team.id, factory.uid, ("plain", "hook"))
         await builders.automation(
             s, clock, team.id, factory.uid, "triage", [builders.webhook_trigger([uids["hook"]])], prompt="Go."
         )
