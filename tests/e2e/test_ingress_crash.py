@@ -100,16 +100,17 @@ async def _post_all(url: str, numbers: list[int]) -> list[int | None]:
         return await asyncio.gather(*(_post(http, url, n) for n in numbers))
 
 
-def test_kill_9_loses_no_acknowledged_delivery(tmp_path: Path) -> None:
+def test_kill_9_loses_no_acknowledged_delivery(db_url: str, tmp_path: Path) -> None:
+    """On SQLite (the writer thread's group commit) and PostgreSQL (concurrent committers) alike."""
     key = Fernet.generate_key().decode()
     data_dir = tmp_path / "data"
-    url = f"sqlite+aiosqlite:///{data_dir / 'factory.db'}"
+    url = db_url
     data_dir.mkdir()
     hook_uid, (all_uid, even_uid) = asyncio.run(_seed(url, key))
     env, log = {"FACTORY_SECRET_KEY": key}, tmp_path / "serve.log"
     no_limit = ("--delivery-rate-limit", "1000000")
 
-    with serving(data_dir, *no_limit, env=env, log=log) as served:
+    with serving(data_dir, *no_limit, env=env, log=log, database=url) as served:
         ingress_url = f"{served.url}/webhooks/w/{hook_uid}"
         results = asyncio.run(_stream_and_kill(ingress_url, served.proc))
     acked = {n for n, status in results.items() if status == 202}
@@ -117,7 +118,7 @@ def test_kill_9_loses_no_acknowledged_delivery(tmp_path: Path) -> None:
     assert len(acked) >= 150 and unacked, "the kill must land mid-stream"
     assert {results[n] for n in unacked} == {None}  # only connection failures, never an error status
 
-    with serving(data_dir, *no_limit, env=env, log=log, port=served.port):  # the same URL
+    with serving(data_dir, *no_limit, env=env, log=log, port=served.port, database=url):  # the same URL
         retried = asyncio.run(_post_all(ingress_url, sorted(unacked)))  # the sender retries the unacked
         assert set(retried) == {202}
 
