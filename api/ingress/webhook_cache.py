@@ -24,7 +24,6 @@ LRU of single lookups.
 
 A request whose generation read fails uses the uncached lookup: stale data is never served because the
 database could not be asked.
-
 """
 
 from __future__ import annotations
@@ -95,7 +94,9 @@ class WebhookCache:
     loop-thread path reads the generation itself on every request and hands it to :meth:`observe`.
 
     An entry is stored only under the generation that was current when its row was read (:meth:`put`): a
-    row read before a change can never be cached after the cache learnt of the change.
+    row read before a change can never be cached after the cache learnt of the change. The same holds for
+    a snapshot (:meth:`fill`), which replaces both LRUs; with ``snapshot`` off (tests of the LRU alone)
+    none is ever loaded.
     """
 
     def __init__(
