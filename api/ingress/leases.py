@@ -37,10 +37,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from api.ingress.ratelimit import DEFAULT_WINDOW_SECONDS, Decision, wait_seconds, window_position
+from api.ingress.ratelimit import (
+    DEFAULT_WINDOW_SECONDS,
+    EPSILON,
+    Decision,
+    previous_weight,
+    retry_after,
+    wait_seconds,
+    window_position,
+)
 
 CHUNK_DIVISOR = 40
-_EPSILON = 1e-9  # decide()'s tolerance: an estimate this close above the limit still fits
 
 
 def chunk_cap(limit: int) -> int:
@@ -54,20 +61,12 @@ def room(limit: int, previous: int, elapsed: float) -> int:
 
     ``rate_counters`` computes exactly this in SQL (same operands, same order of float operations).
     """
-    return math.floor(limit + _EPSILON - previous * _remaining(elapsed))
+    return math.floor(limit + EPSILON - previous * previous_weight(elapsed))
 
 
 def grant(want: int, leased: int, room_: int) -> int:
     """Tokens a lease of ``want`` gets when ``leased`` are already out of ``room_``: never past the room."""
     return min(want, max(0, room_ - leased))
-
-
-def _remaining(elapsed: float) -> float:
-    return 1.0 - min(max(elapsed, 0.0), 1.0)
-
-
-def _retry_after(wait: float) -> int:
-    return max(1, math.ceil(wait - _EPSILON))
 
 
 @dataclass(frozen=True)
@@ -94,12 +93,12 @@ class LeaseRequest:
     @property
     def remaining(self) -> float:
         """The previous window's weight, as :func:`room` uses it."""
-        return _remaining(self.elapsed)
+        return previous_weight(self.elapsed)
 
     @property
     def limit_with_tolerance(self) -> float:
         """``limit + epsilon``, the first operand of :func:`room`'s subtraction."""
-        return self.limit + _EPSILON
+        return self.limit + EPSILON
 
 
 @dataclass(frozen=True)
@@ -171,8 +170,8 @@ class LeaseBook:
             if not keep:
                 state.tokens -= 1
             return Decision(True, None, state.estimate)
-        if now_epoch + _EPSILON < state.full_until:  # as Retry-After rounds: ceil(wait - epsilon)
-            return Decision(False, _retry_after(state.full_until - now_epoch), state.estimate)
+        if now_epoch + EPSILON < state.full_until:  # as Retry-After rounds: ceil(wait - epsilon)
+            return Decision(False, retry_after(state.full_until - now_epoch), state.estimate)
         want = min(state.chunk, chunk_cap(limit))
         return LeaseRequest(key, limit, want, start, self._window, elapsed, now_epoch, keep)
 
@@ -192,7 +191,7 @@ class LeaseBook:
             state.chunk = min(state.chunk * 2, chunk_cap(request.limit))
             state.estimate = estimate
         if lease.granted == 0:
-            return Decision(False, _retry_after(wait), estimate + 1)
+            return Decision(False, retry_after(wait), estimate + 1)
         if current:  # a lease that raced a roll-over admits its own event; the rest are void
             state.tokens += lease.granted if request.keep else lease.granted - 1
         return Decision(True, None, estimate)

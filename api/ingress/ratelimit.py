@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 DEFAULT_WINDOW_SECONDS = 60
-_EPSILON = 1e-9
+EPSILON = 1e-9  # an estimate this close above the limit still fits (float noise of the weighting)
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,16 @@ def window_position(now_epoch: float, window_seconds: int = DEFAULT_WINDOW_SECON
     return start, (now_epoch - start) / window_seconds
 
 
+def previous_weight(elapsed: float) -> float:
+    """How much of the previous window still overlaps the sliding one when ``elapsed`` of this one is gone."""
+    return 1.0 - min(max(elapsed, 0.0), 1.0)
+
+
+def retry_after(wait: float) -> int:
+    """``Retry-After`` for an exact wait in seconds: whole seconds, at least 1."""
+    return max(1, math.ceil(wait - EPSILON))
+
+
 def decide(limit: int, window_seconds: int, current: int, previous: int, elapsed: float) -> Decision:
     """Admit an event or not.
 
@@ -46,12 +56,11 @@ def decide(limit: int, window_seconds: int, current: int, previous: int, elapsed
     ``retry_after`` assumes this event is not counted (see :func:`consume`) and nothing else
     arrives meanwhile.
     """
-    remaining = 1.0 - min(max(elapsed, 0.0), 1.0)
-    estimate = previous * remaining + current
+    estimate = previous * previous_weight(elapsed) + current
     wait = wait_seconds(limit, window_seconds, current, previous, elapsed)
     if wait <= 0.0:
         return Decision(True, None, estimate)
-    return Decision(False, max(1, math.ceil(wait - _EPSILON)), estimate)
+    return Decision(False, retry_after(wait), estimate)
 
 
 def wait_seconds(limit: int, window_seconds: int, current: int, previous: int, elapsed: float) -> float:
@@ -63,8 +72,8 @@ def wait_seconds(limit: int, window_seconds: int, current: int, previous: int, e
     """
     if limit < 1 or window_seconds < 1:
         raise ValueError("limit and window_seconds must be at least 1")
-    remaining = 1.0 - min(max(elapsed, 0.0), 1.0)
-    if previous * remaining + current <= limit + _EPSILON:
+    remaining = previous_weight(elapsed)
+    if previous * remaining + current <= limit + EPSILON:
         return 0.0
     if current <= limit:
         # Only the previous window's tail is in the way: wait until it has slid out far enough.
