@@ -262,7 +262,9 @@ async def test_a_high_limit_leases_a_few_chunks_instead_of_a_write_per_delivery(
             *((one if n % 2 else two).consume("wh-rate:busy", 10**9, T0 + 1) for n in range(10_000))
         )
     assert all(d.allowed for d in decisions)
-    assert len(sent) <= 2 * 13  # per replica: chunks of 1, 2, 4, ... 4096 cover its 5,000
+    # per replica: chunks of 1, 2, 4, ... 4096 cover its 5,000; plus at most one retry, by the replica whose
+    # first lease lost the race to create the window's row (its snapshot had no row to update)
+    assert len(sent) <= 2 * 13 + 1
 
 
 async def test_concurrent_leases_are_serialised_on_the_row(
