@@ -281,7 +281,6 @@ class Writer:
 
     async def record(
         self,
-        session: AsyncSession,
         webhook: lookup.WebhookRow,
         *,
         delivery_id: str,
@@ -295,9 +294,10 @@ class Writer:
             return
         entry: dict[str, Any] = {"delivery_id": delivery_id, "status": status, "size": size, "detail": detail}
         if not self._serial:
-            await record(session, self._clock, webhook, **entry)
+            async with self._sessions() as session:
+                await record(session, self._clock, webhook, **entry)
             return
-        async with self._lock:
+        async with self._lock, self._sessions() as session:
             await record(session, self._clock, webhook, **entry)
 
     async def close(self) -> None:

@@ -3,9 +3,9 @@
 Checks run cheapest-first, and nothing unauthenticated is read into memory:
 
 1. the webhook must be live (answered by the app's webhook cache while the database's
-   ``ingress_generation`` says it is current, else one indexed SELECT: :mod:`api.ingress.lookup`) - else
-   the same 404 for unknown, disabled and deleted; a token segment on a webhook that is not ``url_token``
-   is also that 404;
+   ``ingress_generation`` says it is current, else one indexed SELECT: :mod:`api.ingress.webhook_cache`)
+   - else the same 404 for unknown, disabled and deleted; a token segment on a webhook that is not
+   ``url_token`` is also that 404;
 2. the failed-request budget (``--auth-failure-limit``) must not be spent - else 429 (not logged);
 3. ``Content-Length`` over the limit - 413, without reading the body;
 4. ``token``/``url_token`` credentials, in constant time, before the body is read - 401;
@@ -67,7 +67,6 @@ _PG_COMMITTERS = 4
 class Ingress:
     """Everything the ingress handler uses, built once per app (no module globals)."""
 
-    sessions: async_sessionmaker[AsyncSession]
     readers: async_sessionmaker[AsyncSession]  # lookups; autocommit on PostgreSQL (no BEGIN/COMMIT trips)
     clock: Clock
     settings: ServerSettings
@@ -92,9 +91,9 @@ class _TooLarge(Exception):
 
 
 async def receive(request: web.Request) -> web.Response:
-    """``POST /webhooks/w/{uid}[/{token}]``. No session is opened up front: a 404, a 429 and an accepted
-    delivery (the group-commit writer has its own connection) need none, and under a flood of them one
-    per request cost about 15% of the request (docs/benchmarks.md, "Ingress at production speed")."""
+    """``POST /webhooks/w/{uid}[/{token}]``. The handler opens no database session: the writer owns the
+    accept and rejection transactions, and the lookups use the cache or their own reads (a session per
+    request cost about 15% of a 404 or 429: docs/benchmarks.md, "Ingress at production speed")."""
     ingress = request.app[INGRESS]
     uid, token = request.match_info["uid"], request.match_info.get("token")
     settings = ingress.settings
@@ -205,8 +204,7 @@ class _Failures:
         decision = await self.ingress.counter.consume(self.key, limit, self.epoch)
         if not decision.allowed:
             raise self.budget_spent(decision)
-        async with self.ingress.sessions() as session:
-            await _log(self.ingress, session, self.webhook, delivery_id, status, size, detail)
+        await _log(self.ingress, self.webhook, delivery_id, status, size, detail)
 
 
 def _verify(
@@ -281,7 +279,6 @@ def _header_identity(request: web.Request, webhook: WebhookRow) -> str:
 
 async def _log(
     ingress: Ingress,
-    session: AsyncSession,
     webhook: WebhookRow,
     delivery_id: str,
     status: str,
@@ -289,9 +286,7 @@ async def _log(
     detail: str,
 ) -> None:
     ingress.count(status.lower().replace(" (", "_").replace(")", "").replace(" ", "_"))
-    await ingress.writer.record(
-        session, webhook, delivery_id=delivery_id, status=status, size=size, detail=detail
-    )
+    await ingress.writer.record(webhook, delivery_id=delivery_id, status=status, size=size, detail=detail)
 
 
 def _unauthenticated(webhook: WebhookRow) -> AuthenticationRequired:
@@ -335,7 +330,6 @@ def setup(app: web.Application) -> None:
     if direct is None:  # the generation is read at most every 100 ms: see this process's writes at once
         app.cleanup_ctx.append(webhooks.watching(engine.sync_engine))
     app[INGRESS] = Ingress(
-        sessions=app[SESSIONS],
         readers=_readers(engine, app[SESSIONS]),
         clock=app[CLOCK],
         settings=app[SETTINGS],

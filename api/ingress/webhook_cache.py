@@ -178,14 +178,14 @@ class WebhookCache:
         self._complete = generation
         return True
 
-    def wants_snapshot(self, generation: int, most: int) -> bool:
-        """Whether to load a snapshot of up to ``most`` webhooks now: snapshots are on, and none was
-        loaded for ``generation`` yet, nor refused as too large for it (each is tried once per
-        generation; a failed load is tried again)."""
+    def wants_snapshot(self, generation: int) -> bool:
+        """Whether to load a snapshot now: snapshots are on, and none was loaded for ``generation`` yet,
+        nor refused as too large for it (each is tried once per generation; a failed load is tried
+        again, :meth:`retry_snapshot`)."""
         if not self.snapshot or self._snapshot_tried == generation:
             return False
         self._snapshot_tried = generation
-        return most <= self.max_entries
+        return True
 
     def retry_snapshot(self) -> None:
         """The snapshot load failed: try again at the next chance."""
@@ -247,7 +247,7 @@ class WebhookCache:
             self.generation_reads += 1
             generation = await read()
             self.observe(generation, started)
-            if load is not None and self.wants_snapshot(generation, self.max_entries):
+            if load is not None and self.wants_snapshot(generation):
                 try:
                     self.fill(await load(self.max_entries + 1), generation)
                 except Exception:  # meanwhile UIDs are looked up one by one; the next refresh tries again
@@ -338,7 +338,7 @@ async def find_live_webhook(
         generation = direct.generation()
         if not isinstance(generation, Exception):
             cache.observe(generation)
-            if cache.wants_snapshot(generation, DIRECT_SNAPSHOT_MAX):
+            if cache.wants_snapshot(generation):
                 live = direct.live_webhooks(DIRECT_SNAPSHOT_MAX + 1)
                 if isinstance(live, Exception):
                     cache.retry_snapshot()
