@@ -13,15 +13,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
-    Select,
     Table,
-    and_,
-    func,
     insert,
     or_,
     select,
@@ -367,9 +364,9 @@ def _conditions(
     first indexed equality filter, the created range) and the rest."""
     indexed: list[ColumnElement[bool]] = [Run.team_id == team_id]
     rest: list[ColumnElement[bool]] = []
-    equal: list[tuple[str, ColumnElement[bool]]] = []
+    equal: dict[str, ColumnElement[bool]] = {}
     if len(filters.states) == 1:
-        equal.append(("state", Run.state == filters.states[0]))
+        equal["state"] = Run.state == filters.states[0]
     elif filters.states:
         rest.append(Run.state.in_(filters.states))
     for name, column, value in (
@@ -382,14 +379,10 @@ def _conditions(
         ("schedule_id", Run.schedule_id, filters.schedule_id),
     ):
         if value is not None:
-            equal.append((name, column == value))
-    driving = min(
-        (i for i, (name, _) in enumerate(equal) if name in _INDEXED),
-        key=lambda i: _INDEXED.index(equal[i][0]),
-        default=None,
-    )
-    for i, (_, cond) in enumerate(equal):
-        (indexed if i == driving else rest).append(cond)
+            equal[name] = column == value
+    driving = next((name for name in _INDEXED if name in equal), None)
+    for name, cond in equal.items():
+        (indexed if name == driving else rest).append(cond)
     if filters.created_after is not None:
         indexed.append(Run.created_at > filters.created_after)
     if filters.created_before is not None:
@@ -404,11 +397,6 @@ def _conditions(
             )
         )
     return indexed, rest
-
-
-def _filtered(team_id: str, filters: RunFilters) -> Select[Run]:
-    indexed, rest = _conditions(team_id, filters)
-    return select(Run).where(and_(*indexed, *rest))
 
 
 async def list_runs(
@@ -449,28 +437,17 @@ async def list_runs(
             next_position=_position_of(last, page.sort_by),
             attachments=await attachment_names(session, rows),
         )
-    scanned = (
-        select(Run.run_id.label("run_id"), column.label("key"))
-        .where(*indexed, *keyset)
-        .order_by(*_order(column, descending))
-        .limit(scan_limit)
-        .subquery()
-    )
+    # The runs this page may examine: the next scan_limit in page order that the indexed filters select.
+    examined = select(Run.run_id, column).where(*indexed, *keyset).order_by(*_order(column, descending))
+    scanned = examined.limit(scan_limit).subquery()
     stmt = select(Run).join(scanned, Run.run_id == scanned.c.run_id).where(*rest)
     stmt = stmt.order_by(*_order(column, descending))
     rows, last = split_page(list((await session.execute(stmt.limit(page.limit + 1))).scalars()), page.limit)
     position, stopped = _position_of(last, page.sort_by), False
-    if last is None:  # the page is not full: were the runs examined all there were?
-        edge = select(scanned.c.key, scanned.c.run_id).order_by(
-            *(
-                (scanned.c.key.asc(), scanned.c.run_id.asc())
-                if descending
-                else (scanned.c.key.desc(), scanned.c.run_id.desc())
-            )
-        )
-        count = (await session.execute(select(func.count()).select_from(scanned))).scalar_one()
-        if count >= scan_limit:
-            key_value, row_id = (await session.execute(edge.limit(1))).one()
+    if last is None:  # the page is not full: the last run it could examine, if there were that many
+        edge = (await session.execute(examined.offset(scan_limit - 1).limit(1))).first()
+        if edge is not None:
+            row_id, key_value = edge[0], cast(Any, edge[1])  # (run_id, the sort column: title or datetime)
             value = key_value if page.sort_by == "title" else timestamp_key(key_value)
             position, stopped = Cursor(value=value, row_id=row_id), True
     return RunPage(
