@@ -329,6 +329,7 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
         print("factoryctl shutting down", file=sys.stderr, flush=True)
         if sharing is not None:
             sharing.cancel()
+            await asyncio.wait({sharing})
         # Graceful: stop listening, close idle keep-alive connections, wait for in-flight handlers (at
         # most DRAIN_SECONDS), then stop background work (cleanup_ctx) - the ingress writer last commits
         # what its requests queued - and only then close the database. Secondaries drain alike, meanwhile.
@@ -485,6 +486,7 @@ async def run_secondary(fd: int) -> int:
             log.warning(json.dumps({"msg": "primary process gone; stopping"}))
     finally:
         following.cancel()
+        await asyncio.wait({following})
         await runner.cleanup()
         link.close()
         await engine.dispose()
