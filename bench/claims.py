@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 
 from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.engine import make_url
@@ -161,6 +163,21 @@ async def admin_exec(url: str, sql: str) -> None:
         await conn.close()
 
 
+@contextlib.asynccontextmanager
+async def scratch_database(
+    url: str, prefix: str = "factory_bench", *, keep: bool = False
+) -> AsyncIterator[str]:
+    """A new, empty PostgreSQL database beside the one ``url`` names, as a URL; dropped afterwards unless
+    ``keep``."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    await admin_exec(url, f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(normalize_url(url)).set(database=name).render_as_string(False)
+    finally:
+        if not keep:
+            await admin_exec(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2000)
@@ -179,16 +196,12 @@ async def main() -> int:
         finally:
             await engine.dispose()
     if args.postgres:
-        name = f"factory_bench_{uuid.uuid4().hex[:10]}"
-        await admin_exec(args.postgres, f'CREATE DATABASE "{name}"')
-        engine = create_engine(
-            make_url(normalize_url(args.postgres)).set(database=name).render_as_string(False)
-        )
-        try:
-            failures += await bench("postgresql", engine, args.runs, args.claimers)
-        finally:
-            await engine.dispose()
-            await admin_exec(args.postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        async with scratch_database(args.postgres) as url:
+            engine = create_engine(url)
+            try:
+                failures += await bench("postgresql", engine, args.runs, args.claimers)
+            finally:
+                await engine.dispose()
     return 1 if failures else 0
 
 

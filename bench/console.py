@@ -44,7 +44,6 @@ import random
 import sys
 import tempfile
 import time
-import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -73,14 +72,14 @@ from api.runs import events
 from api.runs import records as runs
 from api.runs.requests import parse_list_query
 from api.runs.states import RunEvent
-from bench.claims import admin_exec
+from bench.claims import scratch_database
 from bench.events import pcts
 from bench.pickup import free_port
 from store import ids
 from store.apikeys import Principal
 from store.clock import SystemClock
 from store.crypto import SecretBox
-from store.db import MIGRATIONS, create_engine, migrate, normalize_url, session_factory
+from store.db import MIGRATIONS, create_engine, migrate, session_factory
 from store.models import ApiKey, ApplyRecord, Automation, Factory, Run, Webhook
 
 SEED_VERSION = 3  # bump when the seeded rows change: cached databases of other versions are not reused
@@ -605,18 +604,12 @@ async def main() -> None:
             print(f"SQLite database: {how}", flush=True)
             await bench(url, "SQLite", args, Path(tmp))
         if args.database_url:
-            name = f"factory_bench_console_{uuid.uuid4().hex[:10]}"
-            await admin_exec(args.database_url, f'CREATE DATABASE "{name}"')
-            pg = make_url(normalize_url(args.database_url)).set(database=name).render_as_string(False)
-            try:
+            async with scratch_database(args.database_url, "factory_bench_console", keep=args.keep) as pg:
                 took = await seed(pg, box, args.runs, args.deliveries)
-                print(f"PostgreSQL database {name}: seeded in {took:.0f} s", flush=True)
+                print(f"PostgreSQL database {make_url(pg).database}: seeded in {took:.0f} s", flush=True)
                 await bench(pg, "PostgreSQL", args, Path(tmp))
-            finally:
                 if args.keep:
                     print(f"kept {pg}")
-                else:
-                    await admin_exec(args.database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 if __name__ == "__main__":

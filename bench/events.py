@@ -45,18 +45,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aiohttp import ClientResponse, ClientSession, ClientTimeout, web
 from cryptography.fernet import Fernet
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.app import ROUTE_MODULES, create_app
 from api.context import ServerSettings
-from bench.claims import admin_exec
+from bench.claims import scratch_database
 from bench.pickup import free_port
 from factoryctl.serve.local_workers import store_channel
 from store import apikeys
 from store.clock import SystemClock
 from store.crypto import SecretBox
-from store.db import create_engine, migrate, normalize_url, session_factory
+from store.db import create_engine, migrate, session_factory
 from store.teams import ensure_team
 
 WORKERS = "/api/v1/workers"
@@ -237,13 +236,8 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         await bench(f"sqlite+aiosqlite:///{tmp}/events.db", "SQLite", args.lines, Path(tmp))
         if args.database_url:
-            name = f"factory_bench_{uuid.uuid4().hex[:10]}"
-            await admin_exec(args.database_url, f'CREATE DATABASE "{name}"')
-            url = make_url(normalize_url(args.database_url)).set(database=name)
-            try:
-                await bench(url.render_as_string(False), "PostgreSQL", args.lines, Path(tmp))
-            finally:
-                await admin_exec(args.database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            async with scratch_database(args.database_url) as url:
+                await bench(url, "PostgreSQL", args.lines, Path(tmp))
 
 
 if __name__ == "__main__":

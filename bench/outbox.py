@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -37,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from aiohttp import ClientSession, TCPConnector, web
 from cryptography.fernet import Fernet
 from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.ingress import signatures
@@ -45,14 +43,14 @@ from api.notifications import fanout, policy
 from api.notifications import sender as outbox
 from api.notifications.transport import GuardedTransport
 from api.runs.records import Creator, build_run_row, insert_runs
-from bench.claims import admin_exec
+from bench.claims import scratch_database
 from bench.ingress import _wait_port
 from bench.pickup import free_port
 from store import ids
 from store import secrets as secret_store
 from store.clock import SystemClock
 from store.crypto import SecretBox
-from store.db import create_engine, migrate, normalize_url, session_factory
+from store.db import create_engine, migrate, session_factory
 from store.models import Factory, NotificationEndpoint, NotificationMessage
 from store.teams import ensure_team
 
@@ -275,13 +273,8 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         await bench(f"sqlite+aiosqlite:///{tmp}/outbox.db", "SQLite", args)
     if args.database_url:
-        name = f"factory_bench_{uuid.uuid4().hex[:10]}"
-        await admin_exec(args.database_url, f'CREATE DATABASE "{name}"')
-        try:
-            url = make_url(normalize_url(args.database_url)).set(database=name)
-            await bench(url.render_as_string(False), "PostgreSQL", args)
-        finally:
-            await admin_exec(args.database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        async with scratch_database(args.database_url) as url:
+            await bench(url, "PostgreSQL", args)
 
 
 if __name__ == "__main__":

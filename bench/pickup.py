@@ -31,7 +31,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -41,18 +40,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from aiohttp import ClientSession, web
 from cryptography.fernet import Fernet
 from sqlalchemy import select
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.app import create_app
 from api.claims.reaper import lease_reaper
 from api.context import ServerSettings
 from api.runs.claim_signal import CLAIM_SIGNAL, ClaimSignal
-from bench.claims import admin_exec
+from bench.claims import scratch_database
 from bench.ingress import BODY, TOKEN, seed_webhook
 from factoryctl.serve.local_workers import service_workers
 from store.crypto import SecretBox
-from store.db import create_engine, normalize_url
+from store.db import create_engine
 from store.models import Run
 
 
@@ -161,15 +159,9 @@ async def main() -> None:
     async def sqlite(mode: str) -> AsyncIterator[str]:
         yield f"sqlite+aiosqlite:///{workdir / mode.replace(' ', '-')}.db"
 
-    @contextlib.asynccontextmanager
-    async def postgres(mode: str) -> AsyncIterator[str]:
+    def postgres(mode: str) -> AbstractAsyncContextManager[str]:
         assert args.database_url
-        name = f"factory_pickup_{uuid.uuid4().hex[:10]}"
-        await admin_exec(args.database_url, f'CREATE DATABASE "{name}"')
-        try:
-            yield make_url(normalize_url(args.database_url)).set(database=name).render_as_string(False)
-        finally:
-            await admin_exec(args.database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        return scratch_database(args.database_url, "factory_pickup")
 
     try:
         await bench_store("SQLite", sqlite, args.deliveries)
