@@ -8,13 +8,11 @@ time; ``bench/console.py`` counts them the same way at scale (docs/benchmarks.md
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import builders
 from aiohttp.test_utils import TestClient
-from sqlalchemy import event
+from sql_support import statements
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.runs.records import NewAttachment
@@ -25,21 +23,6 @@ from store.models import ApplyRecord
 from .support import sign_in
 
 FEW, MANY = 3, 30
-
-
-@contextmanager
-def counted(engine: AsyncEngine) -> Iterator[list[str]]:
-    """The SQL statements executed on ``engine`` inside the block."""
-    seen: list[str] = []
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        seen.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", count)
-    try:
-        yield seen
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", count)
 
 
 class Scene:
@@ -120,7 +103,7 @@ async def statements_per_page(
 ) -> dict[str, int]:
     out = {}
     for name, path in scene.pages().items():
-        with counted(engine) as seen:
+        with statements(engine) as seen:
             resp = await client.get(path, allow_redirects=False)
             body = await resp.text()
         assert resp.status == 200, (path, body[:500])
@@ -155,7 +138,7 @@ async def test_the_counter_sees_a_query_per_row(
     engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     """The listener counts every statement, so an N+1 would show: one statement per loop turn here."""
-    with counted(engine) as seen:
+    with statements(engine) as seen:
         for _ in range(3):
             async with sessions() as s:
                 await s.get(ApplyRecord, 1)

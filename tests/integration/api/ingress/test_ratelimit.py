@@ -6,13 +6,13 @@ refusals past a limit cost no statement."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from itertools import pairwise
 from typing import Any
 
 import pytest
-from sqlalchemy import event, insert, select
+from sql_support import statements
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.ingress.counters import LeasedCounter, counter_for, prune_counters
@@ -23,23 +23,6 @@ from store.models import RateCounter
 
 W = 60
 T0 = 1_700_000_040.0  # a window start
-
-
-@contextmanager
-def statements(*engines: AsyncEngine) -> Iterator[list[str]]:
-    """Every SQL statement the engines send while the block runs."""
-    sent: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        sent.append(statement)
-
-    for engine in engines:
-        event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield sent
-    finally:
-        for engine in engines:
-            event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
 def _counter_statements(sent: list[str]) -> list[str]:

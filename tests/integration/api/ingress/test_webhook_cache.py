@@ -20,7 +20,8 @@ from typing import Any
 
 import builders
 import pytest
-from sqlalchemy import event, update
+from sql_support import statements
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.ingress.routes import INGRESS
@@ -211,22 +212,16 @@ async def _is(status: Awaitable[int], expected: int) -> bool:
 def _statements(ingress: Ingress, engine: AsyncEngine) -> Iterator[list[str]]:
     """Every SQL statement the app sends for ingress lookups while the block runs: its engine's, and on
     SQLite its loop-thread reader's (a plain sqlite3 connection)."""
-    seen: list[str] = []
-
-    def listener(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        seen.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", listener)
     direct = ingress.client.app[INGRESS].direct
     reader: sqlite3.Connection | None = direct._reader if direct is not None else None
-    if reader is not None:
-        reader.set_trace_callback(seen.append)
-    try:
-        yield seen
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", listener)
+    with statements(engine) as seen:
         if reader is not None:
-            reader.set_trace_callback(None)
+            reader.set_trace_callback(seen.append)
+        try:
+            yield seen
+        finally:
+            if reader is not None:
+                reader.set_trace_callback(None)
 
 
 def _count(statements: list[str], marker: str) -> int:

@@ -4,8 +4,6 @@ PostgreSQL), on a manual clock so next fire times are exact."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import builders
@@ -13,7 +11,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from jsonschema import Draft202012Validator
-from sqlalchemy import event, select
+from sql_support import statements
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import create_app
@@ -409,12 +408,12 @@ async def test_automation_schedules_show_the_automations_prompt_and_resolved_con
         assert not list(ITEM.iter_errors(entry))
 
     # The list costs the same number of statements with more automation schedules in more factories.
-    async def statements() -> int:
-        with counted(engine) as seen:
+    async def selects() -> int:
+        with statements(engine) as seen:
             await ok(await client.get(SCHEDULES, headers=h(member_key)))
-        return len(seen)
+        return sum(statement.lstrip().upper().startswith("SELECT") for statement in seen)
 
-    before = await statements()
+    before = await selects()
     async with sessions() as s, s.begin():
         other = await builders.factory(s, clock, team_id, "beta", managed_by="definitions")
         await builders.automation(s, clock, team_id, other.uid, "report", [], prompt="Beta.")
@@ -423,22 +422,7 @@ async def test_automation_schedules_show_the_automations_prompt_and_resolved_con
                 s, clock, team_id, f"beta-{i}", "0 3 * * *", factory_uid=other.uid, managed_by="definitions",
                 automation="report",
             )  # fmt: skip
-    assert await statements() == before
-
-
-@contextmanager
-def counted(engine: AsyncEngine) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if statement.lstrip().upper().startswith("SELECT"):
-            seen.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
+    assert await selects() == before
 
 
 # --- run now ---------------------------------------------------------------------------------------
