@@ -131,6 +131,17 @@ def db_url(
 
 
 @pytest.fixture
+def pg_url(pg_template: PgTemplate | None) -> Iterator[str]:
+    """URL of a fresh, migrated PostgreSQL database, for tests that need PostgreSQL (several processes or
+    replicas on one store, a database outage); skipped without one."""
+    if pg_template is None:
+        pytest.skip(f"{PG_ENV} not set")
+    url = pg_template.new_database()
+    yield url
+    pg_template.drop(url)
+
+
+@pytest.fixture
 def sqlite_url(tmp_path: Path, sqlite_template: Path) -> str:
     path = tmp_path / "factory.db"
     shutil.copyfile(sqlite_template, path)

@@ -62,7 +62,7 @@ from store.db import create_engine
 from store.models import Delivery, Run
 
 if TYPE_CHECKING:
-    from conftest import PgTemplate
+    pass
 
 pytestmark = pytest.mark.slow
 ANSWER_BOUND = 5.0  # no request may wait longer than this for its answer, even with the database down
@@ -101,19 +101,10 @@ def _no_tracebacks(serve: ServeProcess) -> None:
 # --- PostgreSQL down and back under ingress load --------------------------------------------------
 
 
-@pytest.fixture
-def pg_scratch(pg_template: PgTemplate | None) -> Iterator[str]:
-    if pg_template is None:
-        pytest.skip("FACTORY_TEST_POSTGRES_URL not set")
-    url = pg_template.new_database()
-    yield url
-    pg_template.drop(url)
-
-
-async def test_postgres_outage_under_load_answers_503_and_recovers(pg_scratch: str, tmp_path: Path) -> None:
+async def test_postgres_outage_under_load_answers_503_and_recovers(pg_url: str, tmp_path: Path) -> None:
     key = Fernet.generate_key().decode()
-    seeded = await seed_webhook(pg_scratch, key)
-    target = make_url(pg_scratch)
+    seeded = await seed_webhook(pg_url, key)
+    target = make_url(pg_url)
     proxy = TcpProxy(target.host or "127.0.0.1", target.port or 5432).start()
     through_proxy = target.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     serve = ServeProcess(tmp_path / "data", tmp_path / "serve.log", key, database=through_proxy)
@@ -144,7 +135,7 @@ async def test_postgres_outage_under_load_answers_503_and_recovers(pg_scratch: s
         if outcome.status == 503:
             _assert_unavailable(outcome)
     acknowledged = load.acknowledged()
-    missing = acknowledged - await _accepted(pg_scratch)
+    missing = acknowledged - await _accepted(pg_url)
     assert not missing, f"acknowledged but not logged: {sorted(missing)[:10]}"
     _no_tracebacks(serve)
     assert "store unavailable on POST /webhooks/w/{uid}" in serve.log_text()
@@ -408,15 +399,15 @@ async def test_claim_of_a_dead_worker_goes_back_to_the_queue(
 
 
 async def test_postgres_outage_longer_than_a_lease_spares_a_live_worker(
-    pg_scratch: str, box: SecretBox, tmp_path: Path
+    pg_url: str, box: SecretBox, tmp_path: Path
 ) -> None:
     """The database is down for longer than a lease while a worker runs a job. Its heartbeats got 503s,
     not a lost lease: once the database is back, the reaper must give it time to heartbeat instead of
     ending the run at its first pass. A worker that really died is still reaped after that."""
-    target = make_url(pg_scratch)
+    target = make_url(pg_url)
     proxy = TcpProxy(target.host or "127.0.0.1", target.port or 5432).start()
     through_proxy = create_engine(target.set(port=proxy.port).render_as_string(hide_password=False))
-    direct = create_engine(pg_scratch)  # the test's own view, not through the proxy
+    direct = create_engine(pg_url)  # the test's own view, not through the proxy
     sessions = async_sessionmaker(direct, expire_on_commit=False)
     worker: _Worker | None = None
     try:

@@ -101,11 +101,5 @@ def _scenario(tmp_path: Path, url: str) -> None:
     assert Counter(status for uid, status in rows if uid == hooks["rate"]) == {"Accepted": admitted[202]}
 
 
-def test_two_servers_share_dedup_and_limits(tmp_path: Path, pg_template) -> None:
-    if pg_template is None:
-        pytest.skip("FACTORY_TEST_POSTGRES_URL not set")
-    url = pg_template.new_database()
-    try:
-        _scenario(tmp_path, url)
-    finally:
-        pg_template.drop(url)
+def test_two_servers_share_dedup_and_limits(tmp_path: Path, pg_url: str) -> None:
+    _scenario(tmp_path, pg_url)

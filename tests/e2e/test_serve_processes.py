@@ -18,7 +18,6 @@ import json
 import os
 import signal
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,21 +34,12 @@ from store.db import create_engine, session_factory
 from store.models import Run
 
 if TYPE_CHECKING:
-    from conftest import PgTemplate
+    pass
 
 pytestmark = pytest.mark.slow
 KEY = Fernet.generate_key().decode()
 ENV = {"FACTORY_SECRET_KEY": KEY}
 SPREAD = 40  # requests on fresh connections; all landing in one of two processes would be a 2**-39 chance
-
-
-@pytest.fixture
-def pg(pg_template: PgTemplate | None) -> Iterator[str]:
-    if pg_template is None:
-        pytest.skip("FACTORY_TEST_POSTGRES_URL not set")
-    url = pg_template.new_database()
-    yield url
-    pg_template.drop(url)
 
 
 def _records(log: Path) -> list[dict[str, Any]]:
@@ -132,15 +122,15 @@ def _deliver(server: Served, uid: str, name: str, ids: list[str]) -> list[int]:
     return asyncio.run(go())
 
 
-def test_two_processes_share_the_port_and_run_background_jobs_once(tmp_path: Path, pg: str) -> None:
-    plain, hook = asyncio.run(_seed(pg))
+def test_two_processes_share_the_port_and_run_background_jobs_once(tmp_path: Path, pg_url: str) -> None:
+    plain, hook = asyncio.run(_seed(pg_url))
     root = tmp_path / "factory"
     (root / "webhooks").mkdir(parents=True)
     (root / "factory.yaml").write_text("name: multi\ndescription: from the directory\n")
     (root / "webhooks" / "alerts.yaml").write_text("secretName: plain-secret\n")
     data = tmp_path / "data"
     args = ("--processes", "2", "--repo", root, "--delivery-rate-limit", "10000")
-    with serving(data, *args, database=pg, env=ENV, workers=1) as server:
+    with serving(data, *args, database=pg_url, env=ENV, workers=1) as server:
         wait_for(lambda: 1 in _ready(server.log), 30, "secondary 1 listening", logs=[server.log])
         first_secondary = _ready(server.log)[1]
 
@@ -172,7 +162,7 @@ def test_two_processes_share_the_port_and_run_background_jobs_once(tmp_path: Pat
         # A run queued through either process is executed once, by the primary's service-hosted worker.
         assert _deliver(server, hook, "hook", ["the-run"]) == [202]
         done = wait_for(
-            lambda: [r for r in committed(pg, Run.run_id, Run.state, Run.attempt) if r[1] == "SUCCEEDED"],
+            lambda: [r for r in committed(pg_url, Run.run_id, Run.state, Run.attempt) if r[1] == "SUCCEEDED"],
             20,
             "the run executed",
             logs=[server.log],
@@ -203,8 +193,8 @@ def test_two_processes_share_the_port_and_run_background_jobs_once(tmp_path: Pat
     assert "Traceback" not in text, text[-3000:]
 
 
-def test_secondaries_exit_when_the_primary_is_killed(tmp_path: Path, pg: str) -> None:
-    with serving(tmp_path / "data", "--processes", "2", database=pg, env=ENV) as server:
+def test_secondaries_exit_when_the_primary_is_killed(tmp_path: Path, pg_url: str) -> None:
+    with serving(tmp_path / "data", "--processes", "2", database=pg_url, env=ENV) as server:
         secondary = wait_for(
             lambda: _ready(server.log).get(1), 30, "secondary 1 listening", logs=[server.log]
         )
