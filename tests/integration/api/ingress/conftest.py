@@ -82,8 +82,11 @@ class Ingress:
         secret: str | None = "",
         delivery_id_header: str | None = None,
         enabled: bool = True,
+        uid: str | None = None,
+        sessions: async_sessionmaker[AsyncSession] | None = None,
     ) -> Hook:
-        """A webhook with its team secret; ``secret=""`` generates one, ``None`` leaves it unsupplied."""
+        """A webhook with its team secret; ``secret=""`` generates one, ``None`` leaves it unsupplied.
+        ``sessions`` writes it through another engine (another replica, the CLI's process)."""
         self._n += 1
         name = name or f"hook-{self._n}"
         if secret == "":
@@ -92,7 +95,7 @@ class Ingress:
                 if scheme and canonical_scheme(scheme) == "standard_webhooks"
                 else f"s3cr3t-{self._n}-x"
             )
-        async with self.sessions() as s, s.begin():
+        async with (sessions or self.sessions)() as s, s.begin():
             version = None
             if secret is not None:
                 info = await builders.secret(s, self.box, self.clock, self.team_id, f"{name}-secret", secret)
@@ -109,6 +112,7 @@ class Ingress:
                 secret_version=version,
                 delivery_id_header=delivery_id_header,
                 enabled=enabled,
+                uid=uid,
             )
         return Hook(row.uid, name, auth_mode, secret, scheme)
 

@@ -15,10 +15,8 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
-import builders
 import pytest
 from sql_support import statements
 from sqlalchemy import update
@@ -39,21 +37,6 @@ Ingress = Any  # the harness of tests/integration/api/ingress/conftest.py
 MakeIngress = Callable[..., Awaitable[Any]]
 
 
-@dataclass
-class Hook:
-    """A token webhook as the harness's ``post`` needs it."""
-
-    uid: str
-    name: str
-    auth_mode: str
-    secret: str | None
-    scheme: str | None = None
-
-    @property
-    def path(self) -> str:
-        return f"/webhooks/w/{self.uid}"
-
-
 class Ticks:
     """A monotonic clock that moves only when told."""
 
@@ -70,32 +53,6 @@ async def other(db_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
     engine = create_engine(db_url)
     yield session_factory(engine)
     await engine.dispose()
-
-
-async def _hook(
-    ingress: Ingress,
-    sessions: async_sessionmaker[AsyncSession],
-    name: str,
-    *,
-    uid: str | None = None,
-    enabled: bool = True,
-) -> Hook:
-    """A token webhook with its secret, written through ``sessions``."""
-    secret = f"token-{name}-value"
-    async with sessions() as s, s.begin():
-        info = await builders.secret(s, ingress.box, ingress.clock, ingress.team_id, f"{name}-secret", secret)
-        row = await builders.webhook(
-            s,
-            ingress.clock,
-            ingress.team_id,
-            ingress.factory_uid,
-            name,
-            uid=uid,
-            secret_name=f"{name}-secret",
-            secret_version=info.version,
-            enabled=enabled,
-        )
-    return Hook(row.uid, name, "token", secret)
 
 
 def _cache(ingress: Ingress) -> WebhookCache:
@@ -154,7 +111,7 @@ async def test_changes_through_another_engine_are_seen_within_the_bound(
     make_ingress: MakeIngress, other: async_sessionmaker[AsyncSession], db_url: str, box: SecretBox
 ) -> None:
     ingress = await make_ingress()
-    hook = await _hook(ingress, other, "remote")
+    hook = await ingress.webhook("remote", sessions=other)
     born_uid = ids.new_id(ids.WEBHOOK)
     assert (await ingress.post(hook, {"n": 0})).status == 202
     assert (await ingress.post(hook, path=f"/webhooks/w/{born_uid}")).status == 404  # cached: not live
@@ -162,7 +119,7 @@ async def test_changes_through_another_engine_are_seen_within_the_bound(
     assert cache.get(hook.uid) is not MISS and cache.get(born_uid) is None
     n = 0
 
-    async def status(target: Hook, **kwargs: Any) -> int:
+    async def status(target: Any, **kwargs: Any) -> int:
         nonlocal n
         n += 1
         return (await ingress.post(target, {"n": n}, **kwargs)).status
@@ -196,7 +153,7 @@ async def test_changes_through_another_engine_are_seen_within_the_bound(
     assert await status(hook) == 202
 
     # a webhook created for a UID that is cached as unknown
-    born = await _hook(ingress, other, "born", uid=born_uid)
+    born = await ingress.webhook("born", sessions=other, uid=born_uid)
     committed = time.monotonic()
     _check_bound(db_url, *await _until_seen(committed, lambda: _is(status(born), 202)))
 
