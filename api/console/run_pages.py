@@ -128,7 +128,7 @@ class RunsPage:
     next_link: str | None
     prev_link: str | None
     error: str | None
-    scan_stopped: int | None = None  # the page ended after examining this many runs
+    scan_stopped: bool = False  # the page ended after examining SCAN_LIMIT runs
 
 
 async def _runs_page(
@@ -176,8 +176,7 @@ async def _runs_page(
         prev_at = (_position(rows[0]) if rows else after) if after is not None else None
     next_link = _link(picked, cursor=encode_cursor(next_at, newest)) if next_at else None
     prev_link = _link(picked, before=encode_cursor(prev_at, oldest)) if prev_at else None
-    stopped = SCAN_LIMIT if page.scan_stopped else None
-    return RunsPage(rows, next_link, prev_link, error, stopped)
+    return RunsPage(rows, next_link, prev_link, error, page.scan_stopped)
 
 
 async def runs_list(request: web.Request) -> web.StreamResponse:
@@ -222,6 +221,7 @@ async def runs_list(request: web.Request) -> web.StreamResponse:
             "prev_link": page.prev_link,
             "error": page.error,
             "scan_stopped": page.scan_stopped,
+            "scan_limit": SCAN_LIMIT,
             "filtered": bool(picked),
         },
     )
