@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Engine, event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 @contextmanager
-def statements(*engines: AsyncEngine) -> Iterator[list[str]]:
+def statements(*engines: AsyncEngine | Engine) -> Iterator[list[str]]:
     """Every SQL statement the engines send while the block runs, in order (a
     ``before_cursor_execute`` listener on each engine)."""
     sent: list[str] = []
@@ -22,10 +22,11 @@ def statements(*engines: AsyncEngine) -> Iterator[list[str]]:
     def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         sent.append(statement)
 
-    for engine in engines:
-        event.listen(engine.sync_engine, "before_cursor_execute", record)
+    targets = [e.sync_engine if isinstance(e, AsyncEngine) else e for e in engines]
+    for target in targets:
+        event.listen(target, "before_cursor_execute", record)
     try:
         yield sent
     finally:
-        for engine in engines:
-            event.remove(engine.sync_engine, "before_cursor_execute", record)
+        for target in targets:
+            event.remove(target, "before_cursor_execute", record)

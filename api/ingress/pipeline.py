@@ -32,6 +32,7 @@ from api.ingress.direct import DirectSqlite
 from api.ingress.envelope import PAYLOAD_FILE, PAYLOAD_MIME, run_prompt
 from api.runs.config import automation_config
 from api.runs.records import Creator, NewAttachment, build_run_row, insert_runs
+from store.bulk import insert_returning, insert_rows
 from store.clock import Clock
 from store.models import Delivery
 
@@ -45,6 +46,7 @@ STATUSES = (ACCEPTED, DUPLICATE, REJECTED_AUTH, REJECTED_JSON, REJECTED_TOO_LARG
 RUN_SOURCE = "CUSTOM_WEBHOOK"
 _DETAIL_MAX = 500
 _DELIVERIES: Table = Delivery.__table__  # type: ignore[assignment]
+_INSERT_DELIVERIES = insert(_DELIVERIES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +122,7 @@ def accept_in(
     # In identity order (stable: the first of equal identities stays first), so concurrent batches take
     # the unique index's entries in one order and cannot deadlock each other.
     rows.sort(key=lambda r: (r["webhook_uid"], r["delivery_id"]))
-    inserted = {(uid, did) for uid, did in conn.execute(_ACCEPT[conn.dialect.name], rows).all()}
+    inserted = {(uid, did) for uid, did in insert_returning(conn, _ACCEPT[conn.dialect.name], rows)}
     won: list[int] = []
     for index, p in enumerate(batch):
         key = (p.webhook.uid, p.delivery_id)
@@ -129,8 +131,8 @@ def accept_in(
             won.append(index)
     lost = sorted(set(range(len(batch))) - set(won))
     if lost:
-        conn.execute(
-            insert(_DELIVERIES), [{**entries[i], "status": DUPLICATE, "payload": None} for i in lost]
+        insert_rows(
+            conn, _INSERT_DELIVERIES, [{**entries[i], "status": DUPLICATE, "payload": None} for i in lost]
         )
     runs: dict[int, tuple[str, ...]] = {}
     if won:

@@ -24,12 +24,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import object_session
 
 from api.runs.states import TERMINAL
+from store import bulk
 from store.clock import rfc3339
 from store.models import Run, RunEvent
 
 MAX_EVENTS_PER_RUN: Final = 10_000  # docs/events.md, "Bounds": log events beyond it are dropped
 STATE, FOLLOWUP, LOG, TRUNCATED = "state", "followup", "log", "truncated"
 _EVENTS: Table = cast("Table", RunEvent.__table__)
+_INSERT_EVENTS = insert(_EVENTS)
 
 
 def state_data(
@@ -117,8 +119,7 @@ def insert_created(conn: Connection, runs: Sequence[Mapping[str, Any]]) -> None:
         )
         for r in runs
     ]
-    if rows:
-        conn.execute(insert(_EVENTS), rows)
+    bulk.insert_rows(conn, _INSERT_EVENTS, rows)
 
 
 async def record_logs(

@@ -32,6 +32,7 @@ from api.runs import events
 from api.runs.config import worker_host_of
 from api.runs.states import TERMINAL, RunEvent, RunState, Transition, transition
 from store import NotFound, ids
+from store.bulk import insert_rows
 from store.clock import Clock
 from store.models import Run, RunAttachment, RunFollowup, RunLog
 
@@ -173,6 +174,8 @@ def build_run_row(
 _RUNS: Table = Run.__table__  # type: ignore[assignment]
 _ATTACHMENTS: Table = RunAttachment.__table__  # type: ignore[assignment]
 _RUN_COLUMN_KEYS = {attr.key: attr.columns[0].key for attr in Run.__mapper__.column_attrs}
+_INSERT_RUNS = insert(_RUNS)
+_INSERT_ATTACHMENTS = insert(_ATTACHMENTS)
 
 
 def insert_runs(conn: Connection, runs: Sequence[tuple[Mapping[str, Any], Sequence[NewAttachment]]]) -> None:
@@ -180,8 +183,8 @@ def insert_runs(conn: Connection, runs: Sequence[tuple[Mapping[str, Any], Sequen
     (unique-index violations raise here). ``conn`` is a synchronous Core connection."""
     if not runs:
         return
-    conn.execute(
-        insert(_RUNS), [{_RUN_COLUMN_KEYS[key]: value for key, value in row.items()} for row, _ in runs]
+    insert_rows(
+        conn, _INSERT_RUNS, [{_RUN_COLUMN_KEYS[key]: value for key, value in row.items()} for row, _ in runs]
     )
     attachments = [
         {"run_id": row["run_id"], "file_name": a.file_name, "mime_type": a.mime_type, "data": a.data}
@@ -189,7 +192,7 @@ def insert_runs(conn: Connection, runs: Sequence[tuple[Mapping[str, Any], Sequen
         for a in atts
     ]
     if attachments:
-        conn.execute(insert(_ATTACHMENTS), attachments)
+        insert_rows(conn, _INSERT_ATTACHMENTS, attachments)
     events.insert_created(conn, [row for row, _ in runs])
 
 
