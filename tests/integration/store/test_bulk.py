@@ -6,26 +6,27 @@ from __future__ import annotations
 import datetime as dt
 import sqlite3
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import builders
 import pytest
 from sql_support import statements
-from sqlalchemy import Connection, Engine, create_engine, insert, text
+from sqlalchemy import Connection, Engine, Table, create_engine, insert, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from store import bulk
 from store.models import Delivery, Run
 
-_RUNS = insert(Run.__table__)
-_DELIVERIES = insert(Delivery.__table__)
+_RUNS = insert(cast(Table, Run.__table__))
+_DELIVERIES_TABLE = cast(Table, Delivery.__table__)
+_DELIVERIES = insert(_DELIVERIES_TABLE)
 _ACCEPT = {
-    dialect.__name__.rsplit(".", 1)[-1]: dialect.insert(Delivery.__table__)
+    dialect.__name__.rsplit(".", 1)[-1]: dialect.insert(_DELIVERIES_TABLE)
     .on_conflict_do_nothing(
         index_elements=["webhook_uid", "delivery_id"], index_where=text("status = 'Accepted'")
     )
-    .returning(Delivery.__table__.c.delivery_id)
+    .returning(_DELIVERIES_TABLE.c.delivery_id)
     for dialect in (sqlite, postgresql)
 }
 _NOW = dt.datetime(2026, 11, 24, 12, 30, 15, 123456, tzinfo=dt.UTC)
