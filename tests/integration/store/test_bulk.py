@@ -113,7 +113,7 @@ def test_binary_payloads_and_many_rows(sync_sqlite: Engine) -> None:
 def test_a_missing_column_is_an_error_not_a_silent_default(sync_sqlite: Engine) -> None:
     row = _run("run_short")
     del row["agent_config"]  # has a Python-side default, which the driver path would not apply
-    with sync_sqlite.begin() as conn, pytest.raises(ValueError, match="missing: .*agent_config"):
+    with sync_sqlite.begin() as conn, pytest.raises(ValueError, match=r"missing: .*agent_config"):
         bulk.insert_rows(conn, _RUNS, [row])
 
 
