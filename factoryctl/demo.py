@@ -17,7 +17,8 @@ from pathlib import Path
 
 from factoryctl.cli import build_parser
 from factoryctl.context import CliContext
-from factoryctl.serve.process import ADMIN_KEY_FILE, ServeOptions, bootstrap_admin_key, run_server
+from factoryctl.serve.options import ServeOptions
+from factoryctl.serve.process import ADMIN_KEY_FILE, bootstrap_admin_key, run_server
 from reconciler.loader import load
 from reconciler.rules import check
 from reconciler.service import reconcile

@@ -66,13 +66,16 @@ def register(sub: Any) -> None:
 
 
 def _serve(ctx: CliContext, args: argparse.Namespace) -> int:
-    from factoryctl.serve.process import ServeOptions, run_secondary, run_server
-
     if args.secondary is not None:  # its configuration comes from the primary, not from flags or env
+        from factoryctl.serve.secondaries import run_secondary
+
         try:
             return asyncio.run(run_secondary(args.secondary))
         except KeyboardInterrupt:
             return 0
+    from factoryctl.serve.options import ServeOptions
+    from factoryctl.serve.process import run_server
+
     try:
         options = ServeOptions.from_args(ctx, args)
         _check_git_locations(options.git_url, options.branch, options.settings.skills_source)

@@ -55,7 +55,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from api.app import create_app
 from api.claims.reaper import lease_reaper
 from api.context import ServerSettings
-from factoryctl.serve.process import DRAIN_SECONDS
+from factoryctl.serve.runtime import DRAIN_SECONDS
 from store.clock import SystemClock
 from store.crypto import SecretBox
 from store.db import create_engine

@@ -1,0 +1,108 @@
+"""``factoryctl serve``'s options: flags first, then ``FACTORY_*`` variables, then defaults - read once, at
+the CLI edge, and handed to the processes as a :class:`ServeOptions`."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from api.context import ServerSettings
+from api.notifications.policy import NotificationSettings
+from factoryctl.context import CliContext
+from factoryctl.serve.group import parse_processes
+
+
+def parse_duration(value: str) -> float:
+    """``30``, ``30s``, ``1m``, ``500ms`` -> seconds."""
+    text = value.strip().lower()
+    for suffix, factor in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * factor
+    return float(text)
+
+
+@dataclass
+class ServeOptions:
+    settings: ServerSettings
+    team: str = "default"
+    repo: Path | None = None
+    git_url: str | None = None
+    branch: str = "main"
+    poll_interval: float = 30.0
+    workers: int = 2
+    processes: int = 1  # --processes: 1 primary + (processes - 1) secondaries (docs/operations.md)
+    harness: str = "echo"
+    harness_command: str | None = None
+    db_connect_attempts: int = 8
+    env: dict[str, str] = field(default_factory=dict)  # the CLI's environment (agents get it scrubbed)
+    notifications: NotificationSettings = field(default_factory=NotificationSettings)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_args(cls, ctx: CliContext, args: argparse.Namespace) -> ServeOptions:
+        env = ctx.env
+
+        def pick(flag: Any, name: str, default: Any, cast: Any = str) -> Any:
+            if flag is not None:
+                return flag
+            raw = env.get(f"FACTORY_{name}")
+            return cast(raw) if raw not in (None, "") else default
+
+        settings = ServerSettings(
+            data_dir=ctx.data_dir,
+            host=pick(args.host, "HOST", "127.0.0.1"),
+            port=pick(args.port, "PORT", 8080, int),
+            public_url=pick(args.public_url, "PUBLIC_URL", None),
+            delivery_rate_limit=pick(args.delivery_rate_limit, "DELIVERY_RATE_LIMIT", 60, int),
+            auth_failure_limit=pick(args.auth_failure_limit, "AUTH_FAILURE_LIMIT", 30, int),
+            max_body_bytes=pick(args.max_body_bytes, "MAX_BODY_BYTES", 262_144, int),
+            delivery_retention_days=pick(args.delivery_retention_days, "DELIVERY_RETENTION_DAYS", 7, int),
+            delivery_retention_count=pick(args.delivery_retention_count, "DELIVERY_RETENTION_COUNT", 50, int),
+            skills_source=pick(args.skills_source, "SKILLS_SOURCE", None),
+        )
+        for name in (
+            "delivery_rate_limit",
+            "auth_failure_limit",
+            "max_body_bytes",
+            "delivery_retention_count",
+        ):
+            if getattr(settings, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+        workers = pick(args.workers, "WORKERS", 2, int)
+        if workers < 0:
+            raise ValueError("--workers must be 0 or more")
+        timeout = pick(args.notification_timeout, "NOTIFICATION_TIMEOUT", 15.0, float)
+        if not 0.5 <= timeout <= 60:
+            raise ValueError("--notification-timeout must be between 0.5 and 60 seconds")
+        harness = pick(args.harness, "HARNESS", "echo")
+        command = pick(args.harness_command, "COMMAND", None)
+        if harness == "command" and not command:
+            raise ValueError("--harness command needs --command CMD")
+        processes = parse_processes(str(pick(args.processes, "PROCESSES", "1")))
+        if processes > 1 and ctx.database_url.strip().lower().startswith("sqlite"):
+            raise ValueError(
+                f"--processes {processes} needs PostgreSQL (--database postgresql://...): a SQLite store "
+                "has one writer, and ingress commits its deliveries in batches within one process; "
+                "serve a SQLite store with --processes 1"
+            )
+        if processes > 1 and settings.port == 0:
+            raise ValueError(f"--processes {processes} needs a fixed --port (each process listens on it)")
+        return cls(
+            settings=settings,
+            team=args.team,
+            repo=Path(args.repo).resolve() if args.repo else None,
+            git_url=args.git,
+            branch=args.branch,
+            poll_interval=parse_duration(args.poll_interval),
+            workers=workers,
+            processes=processes,
+            harness=harness,
+            harness_command=command,
+            env=dict(env),
+            db_connect_attempts=max(1, int(env.get("FACTORY_DB_CONNECT_ATTEMPTS") or 8)),
+            notifications=NotificationSettings(
+                timeout_seconds=timeout, connect_timeout_seconds=min(timeout, 5.0)
+            ),
+        )
