@@ -55,6 +55,11 @@ def pretty_json(value: object) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
+def missing(what: str) -> str:
+    """The text of a 404 page for ``what`` (a run, an automation): it may exist in another team."""
+    return f"Not found: {what} does not exist (or belongs to another team)."
+
+
 @contextmanager
 def or_404(text: str) -> Iterator[None]:
     """Inside the block, a missing (or another team's) resource is the console's 404 page with ``text``."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from aiohttp import web
 from sqlalchemy import select
 
-from api.console import admin_pages, factory_pages, run_pages
+from api.console import admin_pages, automation_pages, factory_pages, run_list, run_pages
 from api.console import sessions as console_sessions
 from api.console.rendering import render, setup_templates
 from api.console.security import changing, csrf_ok, current_user, settings_of, setup_security, signed_in
@@ -128,6 +128,6 @@ def setup(app: web.Application) -> None:
     app.router.add_post("/console/login", login)
     app.router.add_route("*", "/console/logout", logout)
     app.router.add_get("/console/factories", factories)
-    for pages in (factory_pages, run_pages, admin_pages):
+    for pages in (factory_pages, automation_pages, run_list, run_pages, admin_pages):
         pages.setup(app)
     app.router.add_static("/console/static/", HERE / "static", append_version=True, name="console_static")

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient
 from markupsafe import escape
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.console import run_pages
+from api.console import run_list
 from api.console.run_pages import PAGE_LOG_LINES
 from store.clock import ManualClock, SystemClock
 
@@ -95,7 +95,7 @@ async def test_runs_list_filters_and_keyset_pages(
 async def test_a_search_examines_a_bounded_number_of_runs_per_page_and_older_continues_it(
     client: TestClient[Any, Any], member_key: str, seed_run: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(run_pages, "SCAN_LIMIT", 4)
+    monkeypatch.setattr(run_list, "SCAN_LIMIT", 4)
     clock = ManualClock(dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC))
     wanted = {2, 3, 9, 10, 11}  # oldest first; runs 12..16 and 4..8 hold no match
     for i in range(17):
