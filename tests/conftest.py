@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -28,6 +30,14 @@ from store.db import create_engine, migrate, normalize_url, session_factory
 
 PG_ENV = "FACTORY_TEST_POSTGRES_URL"
 TEST_SECRET_KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
+
+# A test runner started in the background by a non-interactive shell (`make test &`, some CI runners) has
+# SIGINT and SIGQUIT ignored, and every process a test starts inherits that: the tests that press Ctrl-C
+# on a child (`factoryctl events`) would then wait for an exit that never comes. Children get SIGINT as
+# from a terminal instead (a Python handler here is reset to the default in the child at exec).
+_IN_MAIN_THREAD = threading.current_thread() is threading.main_thread()
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN and _IN_MAIN_THREAD:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _run(coro: object) -> None:
