@@ -109,24 +109,20 @@ async def _runs_page(
     # last run examined, which may lie beyond the last run shown (docs/console.md, "Runs at scale").
     next_at: Cursor | None
     prev_at: Cursor | None
-    if before is not None:  # read back towards the newest, then show newest first
-        page = await runs.list_runs(
-            session,
-            user.team_id,
-            filters,
-            runs.PageRequest(PAGE_SIZE, "created_at", "asc", before),
-            scan_limit=SCAN_LIMIT,
-        )
+    backwards = before is not None  # read back towards the newest, then show newest first
+    page = await runs.list_runs(
+        session,
+        user.team_id,
+        filters,
+        runs.PageRequest(
+            PAGE_SIZE, "created_at", "asc" if backwards else "desc", before if backwards else after
+        ),
+        scan_limit=SCAN_LIMIT,
+    )
+    if backwards:
         rows = list(reversed(page.runs))
         prev_at, next_at = page.next_position, _position(rows[-1]) if rows else before
     else:
-        page = await runs.list_runs(
-            session,
-            user.team_id,
-            filters,
-            runs.PageRequest(PAGE_SIZE, "created_at", "desc", after),
-            scan_limit=SCAN_LIMIT,
-        )
         rows = page.runs
         next_at = page.next_position
         prev_at = (_position(rows[0]) if rows else after) if after is not None else None
