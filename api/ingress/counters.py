@@ -100,15 +100,6 @@ class LeasedCounter:
         self._book = LeaseBook(window_seconds)
         self._flights: dict[str, _Flight] = {}
 
-    @property
-    def window_seconds(self) -> int:
-        return self._book.window_seconds
-
-    @property
-    def book(self) -> LeaseBook:
-        """This replica's tokens and known-full windows (for tests and introspection)."""
-        return self._book
-
     async def consume(self, key: str, limit: int, now_epoch: float) -> Decision:
         """Admit one event from a held token, or lease; refused while the window is known to be full."""
         return await self._take(key, limit, now_epoch, keep=False)

@@ -122,13 +122,8 @@ class WebhookCache:
         self._complete: int | None = None  # the generation under which _live holds every live webhook
         self._snapshot_tried: int | None = None  # the generation a snapshot was last loaded (or tried) for
         self._mark = ("factoryctl.ingress.webhook_write", id(self))  # connection info key: a write is pending
-        self.generation_reads = 0
 
     # --- entries -----------------------------------------------------------------------------------
-
-    @property
-    def generation(self) -> int | None:
-        return self._generation
 
     def get(self, uid: str) -> WebhookRow | Miss | None:
         """The cached answer for ``uid`` - its live webhook, or None for "no live webhook" - or MISS."""
@@ -139,7 +134,7 @@ class WebhookCache:
         if uid in self._not_live:
             self._not_live.move_to_end(uid)
             return None
-        if self._complete is not None and self._complete == self._generation:
+        if self.complete:
             return None  # every live webhook is here: this UID is not one
         return MISS
 
@@ -244,7 +239,6 @@ class WebhookCache:
         started: float,
     ) -> int:
         try:
-            self.generation_reads += 1
             generation = await read()
             self.observe(generation, started)
             if load is not None and self.wants_snapshot(generation):
@@ -319,6 +313,11 @@ async def _load_live(readers: async_sessionmaker[AsyncSession], limit: int) -> l
         return await live_webhooks(reader, limit)
 
 
+async def _lookup(readers: async_sessionmaker[AsyncSession], uid: str) -> WebhookRow | None:
+    async with readers() as reader, reader.begin():
+        return await find_webhook(reader, uid)
+
+
 class DirectReader(Protocol):
     """The SQLite loop-thread reader (:class:`api.ingress.direct.DirectSqlite`): errors are returned."""
 
@@ -351,16 +350,13 @@ async def find_live_webhook(
             if not isinstance(found, Exception):
                 cache.put(uid, found, generation)
                 return found
-        # SQLite could not answer on this thread at once: the async path, uncached.
-        async with readers() as reader, reader.begin():
-            return await find_webhook(reader, uid)
+        return await _lookup(readers, uid)  # SQLite could not answer on this thread at once: uncached
     valid = await cache.validate(lambda: read_generation(readers), lambda limit: _load_live(readers, limit))
     if valid is not None:
         cached = cache.get(uid)
         if cached is not MISS:
             return cached
-    async with readers() as reader, reader.begin():
-        found = await find_webhook(reader, uid)
+    found = await _lookup(readers, uid)
     if valid is not None:
         cache.put(uid, found, valid)
     return found
