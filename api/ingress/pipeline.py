@@ -124,12 +124,14 @@ def accept_in(
     rows.sort(key=lambda r: (r["webhook_uid"], r["delivery_id"]))
     inserted = {(uid, did) for uid, did in insert_returning(conn, _ACCEPT[conn.dialect.name], rows)}
     won: list[int] = []
+    lost: list[int] = []
     for index, p in enumerate(batch):
         key = (p.webhook.uid, p.delivery_id)
         if key in inserted:
-            inserted.discard(key)
+            inserted.discard(key)  # a later copy of this identity in the batch is a Duplicate
             won.append(index)
-    lost = sorted(set(range(len(batch))) - set(won))
+        else:
+            lost.append(index)
     if lost:
         insert_rows(
             conn, _INSERT_DELIVERIES, [{**entries[i], "status": DUPLICATE, "payload": None} for i in lost]
@@ -140,9 +142,9 @@ def accept_in(
         wanted = {i: m for i, m in zip(won, matches, strict=True) if m}
         if wanted:
             runs = start_runs(conn, now, batch, wanted)
-    won_set = set(won)
+    duplicates = set(lost)
     return [
-        Committed(p.delivery_id, duplicate=i not in won_set, run_ids=runs.get(i, ()))
+        Committed(p.delivery_id, duplicate=i in duplicates, run_ids=runs.get(i, ()))
         for i, p in enumerate(batch)
     ]
 
