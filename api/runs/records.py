@@ -449,10 +449,8 @@ async def list_runs(
     position, stopped = _position_of(last, page.sort_by), False
     if last is None:  # the page is not full: the last run it could examine, if there were that many
         edge = (await session.execute(examined.offset(scan_limit - 1).limit(1))).first()
-        if edge is not None:
-            row_id, key_value = edge[0], cast(Any, edge[1])  # (run_id, the sort column: title or datetime)
-            value = key_value if page.sort_by == "title" else timestamp_key(key_value)
-            position, stopped = Cursor(value=value, row_id=row_id), True
+        if edge is not None:  # (run_id, the sort column)
+            position, stopped = _cursor(page.sort_by, cast(Any, edge[1]), edge[0]), True
     return RunPage(
         runs=rows,
         next_position=position,
@@ -466,10 +464,13 @@ def _order(column: Any, descending: bool) -> tuple[Any, Any]:
 
 
 def _position_of(last: Run | None, sort_by: str) -> Cursor | None:
-    if last is None:
-        return None
-    key_value = last.title if sort_by == "title" else timestamp_key(getattr(last, sort_by))
-    return Cursor(value=key_value, row_id=last.run_id)
+    return None if last is None else _cursor(sort_by, getattr(last, sort_by), last.run_id)
+
+
+def _cursor(sort_by: str, key_value: Any, row_id: str) -> Cursor:
+    """The position after the run with ``row_id`` whose sort column holds ``key_value`` (a title, or a
+    datetime kept as its timestamp key)."""
+    return Cursor(value=key_value if sort_by == "title" else timestamp_key(key_value), row_id=row_id)
 
 
 async def attachment_names(session: AsyncSession, runs: Sequence[Run]) -> dict[str, list[str]]:
