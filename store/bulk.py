@@ -15,6 +15,7 @@ SQLAlchemy: one call site, two executions.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,13 +40,11 @@ class _Compiled:
         return tuple(rows[i][key] if proc is None else proc(rows[i][key]) for i, key, proc in self.slots)
 
 
-_compiled: dict[tuple[int, tuple[str, ...], int], tuple[Insert, _Compiled]] = {}
-
-
 def insert_rows(conn: Connection, statement: Insert, rows: Sequence[Mapping[str, Any]]) -> None:
     """Execute ``statement`` (without RETURNING) for every row; all rows have the same keys.
 
-    ``statement`` must be built once (a module constant): its compilation is cached by identity.
+    ``statement`` must be built once (a module constant): its compilation is cached by identity
+    (:func:`_compile`).
     """
     if not rows:
         return
@@ -85,12 +84,10 @@ def _sqlite_driver(conn: Connection) -> sqlite3.Connection | None:
     return driver if isinstance(driver, sqlite3.Connection) else None
 
 
+@functools.lru_cache(maxsize=256)
 def _compile(statement: Insert, keys: tuple[str, ...], count: int, dialect: Dialect) -> _Compiled:
-    """``statement`` for rows with ``keys``: as is (``count`` 1) or with ``count`` rows of VALUES."""
-    cache_key = (id(statement), keys, count)
-    found = _compiled.get(cache_key)
-    if found is not None and found[0] is statement:
-        return found[1]
+    """``statement`` for rows with ``keys``: as is (``count`` 1) or with ``count`` rows of VALUES. Cached
+    per shape (statements and dialects hash by identity; a batch has at most a few dozen row counts)."""
     if count == 1:
         compiled = statement.compile(dialect=dialect, column_keys=list(keys))
         where = {key: (0, key) for key in keys}
@@ -109,6 +106,4 @@ def _compile(statement: Insert, keys: tuple[str, ...], count: int, dialect: Dial
         (*where[name], compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect))
         for name in names
     )
-    entry = _Compiled(str(compiled), slots)
-    _compiled[cache_key] = (statement, entry)  # holding the statement keeps its id from being reused
-    return entry
+    return _Compiled(str(compiled), slots)
