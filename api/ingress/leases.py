@@ -136,10 +136,6 @@ class LeaseBook:
         self._keys: dict[str, _Key] = {}
         self._swept: int | None = None
 
-    @property
-    def window_seconds(self) -> int:
-        return self._window
-
     def __len__(self) -> int:
         return len(self._keys)
 
