@@ -12,3 +12,11 @@ def sign_in(page: Page, served: Served, key: str) -> None:
     page.fill("#api_key", key)
     page.click("button[type=submit]")
     page.wait_for_url("**/console/factories")
+
+
+def reload_shown_once(page: Page) -> None:
+    """Reload a page that showed a value once, as a user would: after it finished loading. The console's
+    script turns that history entry into a GET at DOMContentLoaded; a reload racing the page's own load
+    (the value is visible before the deferred script has run) would submit the form again."""
+    page.wait_for_load_state("load")
+    page.reload()

@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from console_support import sign_in
+from console_support import reload_shown_once, sign_in
 from playwright.sync_api import Dialog, Page, expect
 from serve_support import Served, free_port, run_cli
 
@@ -107,7 +107,7 @@ def test_a_new_key_is_shown_once_and_markup_stays_inert(page: Page, served: Serv
     plaintext = shown.inner_text().strip()
     assert plaintext.startswith("fk_") and plaintext not in page.url
     expect(page.locator("table.grid.keys")).to_contain_text(XSS)
-    page.reload()  # a reload is a GET of the page: the key is gone
+    reload_shown_once(page)  # a reload is a GET of the page: the key is gone
     assert page.locator("#shown-key").count() == 0 and plaintext not in page.content()
     assert page.locator("table.grid.keys tbody tr", has_text=XSS).count() == 1  # not submitted twice
     # a secret name with markup is refused and echoed as text

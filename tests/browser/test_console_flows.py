@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from console_support import sign_in
+from console_support import reload_shown_once, sign_in
 from playwright.sync_api import Browser, Dialog, Locator, Page, expect
 from serve_support import Served, run_cli, serving, wait_for
 
@@ -220,7 +220,7 @@ def test_create_toggle_and_rotate_a_webhook_from_the_console(page: Page, served:
     wid = ingress.rsplit("/", 1)[1]
     hook_page = f"{served.url}/console/factories/{uid}/webhooks/{wid}"
     assert deliver(ingress, first, {"n": 1}) == 202
-    page.reload()  # the secret was shown once: the reload is a GET of the webhook's page, not a second create
+    reload_shown_once(page)  # shown once: the reload is a GET of the webhook's page, not a second create
     assert page.url == hook_page
     expect(page.locator("h1")).to_contain_text("deploys")
     assert page.locator("#new-secret").count() == 0 and first not in page.content()
@@ -244,7 +244,7 @@ def test_create_toggle_and_rotate_a_webhook_from_the_console(page: Page, served:
     assert deliver(ingress, first, {"n": 4}) == 401
     assert deliver(ingress, rotated, {"n": 5}) == 202
 
-    page.reload()  # the value was shown once: a reload is a plain GET of the page, not a second rotation
+    reload_shown_once(page)  # the value was shown once: a reload is a plain GET, not a second rotation
     assert page.url == hook_page
     expect(page.locator("h1")).to_contain_text("deploys")
     assert page.locator("#new-secret").count() == 0 and rotated not in page.content()
