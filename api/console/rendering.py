@@ -18,6 +18,9 @@ from api.errors import ResourceNotFound
 from store import NotFound
 
 HERE = Path(__file__).parent
+# What the layout (base.html) reads on every page, with the value a page that says nothing gets: the
+# environment is strict (a misspelt variable is an error), so the layout's own must always be defined.
+LAYOUT_DEFAULTS: dict[str, Any] = {"user": None, "nav": None}
 TEMPLATES = web.AppKey("console_templates", jinja2.Environment)
 
 
@@ -37,7 +40,9 @@ def setup_templates(app: web.Application) -> jinja2.Environment:
 def render(
     request: web.Request, template: str, context: dict[str, Any], *, status: int = 200
 ) -> web.Response:
-    """``template`` with ``context``; every value is escaped unless a template marks it safe (none does)."""
+    """``template`` with ``context`` over :data:`LAYOUT_DEFAULTS`; every value is escaped unless a template
+    marks it safe (none does)."""
+    context = {**LAYOUT_DEFAULTS, **context}
     return aiohttp_jinja2.render_template(template, request, context, status=status, app_key=TEMPLATES)
 
 
