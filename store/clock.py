@@ -47,3 +47,33 @@ def rfc3339(value: dt.datetime | None) -> str | None:
     if value is None:
         return None
     return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+_SHOWN = dt.timedelta(milliseconds=1)  # the precision of rfc3339(), what the API shows
+
+
+def _shown(value: dt.datetime) -> dt.datetime:
+    """``value`` as :func:`rfc3339` shows it: truncated to the millisecond."""
+    return value.replace(microsecond=value.microsecond - value.microsecond % 1000)
+
+
+def first_shown_after(bound: dt.datetime) -> dt.datetime | None:
+    """The earliest stored time that the API shows after ``bound`` (``stored >= this``), or None when no
+    time is: a time filter compares what the API shows (docs/api.md, "Runs"), so a client passing back a
+    ``created_at`` it was shown never gets that run again, whatever its stored sub-millisecond part."""
+    try:
+        return _shown(bound) + _SHOWN
+    except OverflowError:  # the bound is in the last millisecond of year 9999
+        return None
+
+
+def first_shown_at_or_after(bound: dt.datetime) -> dt.datetime | None:
+    """The earliest stored time the API does *not* show before ``bound`` (``stored < this`` is "shown
+    before"), or None when every time is shown before it."""
+    floor = _shown(bound)
+    if floor == bound:
+        return bound
+    try:
+        return floor + _SHOWN
+    except OverflowError:
+        return None

@@ -19,9 +19,11 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Table,
+    false,
     insert,
     or_,
     select,
+    true,
     tuple_,
     update,
 )
@@ -33,7 +35,7 @@ from api.runs.config import worker_host_of
 from api.runs.states import TERMINAL, RunEvent, RunState, Transition, transition
 from store import NotFound, ids
 from store.bulk import insert_rows
-from store.clock import Clock
+from store.clock import Clock, first_shown_after, first_shown_at_or_after
 from store.models import Run, RunAttachment, RunFollowup, RunLog
 
 TITLE_MAX = 80
@@ -360,6 +362,19 @@ async def add_followup(
 _INDEXED = ("state", "source", "factory_uid", "config_name", "creator")
 
 
+def _shown_after(column: Any, bound: dt.datetime) -> ColumnElement[bool]:
+    """``column`` as the API shows it (milliseconds) is after ``bound`` (docs/api.md, "Runs"); a range on
+    the stored value, so the created-order index still serves it."""
+    least = first_shown_after(bound)
+    return false() if least is None else column >= least
+
+
+def _shown_before(column: Any, bound: dt.datetime) -> ColumnElement[bool]:
+    """``column`` as the API shows it is before ``bound``."""
+    limit = first_shown_at_or_after(bound)
+    return true() if limit is None else column < limit
+
+
 def _conditions(
     team_id: str, filters: RunFilters
 ) -> tuple[list[ColumnElement[bool]], list[ColumnElement[bool]]]:
@@ -387,11 +402,11 @@ def _conditions(
     for name, cond in equal.items():
         (indexed if name == driving else rest).append(cond)
     if filters.created_after is not None:
-        indexed.append(Run.created_at > filters.created_after)
+        indexed.append(_shown_after(Run.created_at, filters.created_after))
     if filters.created_before is not None:
-        indexed.append(Run.created_at < filters.created_before)
+        indexed.append(_shown_before(Run.created_at, filters.created_before))
     if filters.updated_after is not None:
-        rest.append(Run.updated_at > filters.updated_after)
+        rest.append(_shown_after(Run.updated_at, filters.updated_after))
     if filters.q:
         rest.append(
             or_(
