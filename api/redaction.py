@@ -14,7 +14,14 @@ segment is its secret; and aiohttp's HTTP parser, whose error messages quote the
   ``/webhooks/w/<uid>/{token}`` and an ingress query string ``?{query}``; ``Bearer``/``Basic``
   credentials, and the values of credential-like header lines (``Authorization:``, ``Cookie:``, names with
   ``signature``, ``token``, ``secret``, ``hmac``, ``key``, ``password``) and ``name=value`` pairs become
-  ``[redacted]``.
+  ``[redacted]``;
+- a message that is a JSON object (the access log, this project's structured lines) is redacted field by
+  field and serialised again (:func:`redact_json_line`), never as text: a request path like
+  ``/runs/x-secret:probe`` or one holding ``", "remote": ...`` stays inside its ``path`` value, so every
+  such line stays valid JSON with all its fields, whatever the request.
+
+Ingress paths are matched leniently (:func:`redact_path`), erring on the side of hiding: any case of
+``webhooks``/``w``, repeated slashes, and a UID slot that does not look like a UID is hidden too.
 
 :func:`install_log_redaction` attaches it where records are made (aiohttp's and this project's loggers)
 and to the root logger's handlers (every propagated record); ``factoryctl serve`` calls it once at start.
@@ -22,8 +29,11 @@ and to the root logger's handlers (every propagated record); ``factoryctl serve`
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import unicodedata
+from typing import Any
 
 from aiohttp.http_exceptions import HttpProcessingError
 
@@ -39,7 +49,12 @@ AIOHTTP_LOGGERS = (
 )
 PROJECT_PREFIXES = ("factoryctl", "api", "reconciler", "store")
 
-_INGRESS = re.compile(r"(/webhooks/w/)([^/\s?#'\"]+)(/[^\s?#'\"]*)?(\?[^\s#'\"]*)?")
+# Case-insensitive and with repeated slashes: aiohttp answers those paths 404, but a sender that typed one
+# still sent its token (docs/ingress.md, "Observability").
+_INGRESS = re.compile(r"(?i)(/+webhooks/+w/+)([^/\s?#'\"]+)(/[^\s?#'\"]*)?(\?[^\s#'\"]*)?")
+# What a webhook UID looks like (store.ids.new_id): anything else in the UID slot is hidden as well.
+_UID = re.compile(r"wh_[0-9a-z]{26}")
+TOKEN_PLACEHOLDER, UID_PLACEHOLDER = "{token}", "{uid}"
 _SCHEME_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s'\",]+")
 _SENSITIVE_NAME = (
     r"(?:proxy-)?authorization|cookie|set-cookie"
@@ -47,14 +62,36 @@ _SENSITIVE_NAME = (
 )
 _HEADER_LINE = re.compile(rf"(?i)\b({_SENSITIVE_NAME})(['\"]?[ \t]*:[ \t]*)[^\r\n]*")
 _ASSIGNMENT = re.compile(rf"(?i)\b({_SENSITIVE_NAME})=[^\s&'\",;]+")
+_SENSITIVE_KEY = re.compile(rf"(?i){_SENSITIVE_NAME}")
 # Where quoted request bytes start in a parser message: b'..', bytearray(..), or a quote that opens a
 # literal (not the apostrophe inside a word, as in "can't").
 _LITERAL_START = re.compile(r"bytearray\(|\bb['\"]|(?<!\w)['\"]|['\"](?!\w)")
 
 
 def redact_path(path: str) -> str:
-    """A request path as it may be logged: an ingress URL's token segment and query string hidden."""
-    return _INGRESS.sub(_ingress, path)
+    """A request path as it may be logged: after a ``webhooks`` segment followed by a ``w`` segment (any
+    case, empty segments between them skipped), the next segment stays only if it looks like a webhook
+    UID (else ``{uid}``), everything after it becomes ``{token}`` and a query string ``?{query}``; then
+    :func:`redact_text`'s credential shapes."""
+    path, mark, query = path.partition("?")
+    segments = path.split("/")
+    words = [(i, _folded(seg)) for i, seg in enumerate(segments) if seg.strip()]
+    for n in range(len(words) - 1):
+        if words[n][1] != "webhooks" or words[n + 1][1] != "w":
+            continue
+        if n + 2 < len(words):
+            slot = words[n + 2][0]
+            uid = segments[slot] if _UID.fullmatch(segments[slot]) else UID_PLACEHOLDER
+            tail = "".join("/" + seg for seg in segments[slot + 1 :])
+            path = "/".join([*segments[:slot], uid]) + (f"/{TOKEN_PLACEHOLDER}" if tail.strip("/") else tail)
+            query = "{query}" if query else query
+        break
+    return redact_text(path + mark + query)
+
+
+def _folded(segment: str) -> str:
+    """A path segment compared the lenient way: compatibility forms (full-width letters), case, spaces."""
+    return unicodedata.normalize("NFKC", segment).casefold().strip()
 
 
 def redact_text(text: str) -> str:
@@ -67,7 +104,36 @@ def redact_text(text: str) -> str:
 
 def _ingress(match: re.Match[str]) -> str:
     prefix, uid, rest, query = match.groups()
-    return prefix + uid + ("/{token}" if rest and rest != "/" else rest or "") + ("?{query}" if query else "")
+    token = f"/{TOKEN_PLACEHOLDER}" if rest and rest.strip("/") else rest or ""
+    return prefix + uid + token + ("?{query}" if query else "")
+
+
+def redact_json_line(message: str) -> str | None:
+    """A JSON-object message with every string value redacted (:func:`redact_text`; any value under a
+    credential-like key hidden), serialised again; ``message`` itself when nothing changed, None when it
+    is not a JSON object (then it is redacted as text)."""
+    if not message.startswith("{"):
+        return None
+    try:
+        decoded = json.loads(message)
+    except ValueError:
+        return None
+    if not isinstance(decoded, dict):
+        return None
+    redacted = _redact_value(decoded)
+    return message if redacted == decoded else json.dumps(redacted)
+
+
+def _redact_value(value: Any, key: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: _redact_value(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_value(v, key) for v in value]
+    if isinstance(value, str):
+        if value and _SENSITIVE_KEY.fullmatch(key):
+            return REDACTED
+        return redact_text(value)
+    return value
 
 
 def parser_error_summary(exc: HttpProcessingError) -> str:
@@ -93,7 +159,9 @@ class RedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        redacted = redact_text(message)
+        redacted = redact_json_line(message)
+        if redacted is None:
+            redacted = redact_text(message)
         if redacted != message or record.args:
             record.msg, record.args = redacted, ()
         if record.exc_info and record.exc_info[1] is not None:

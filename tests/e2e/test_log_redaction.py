@@ -9,13 +9,17 @@ the token of a well-formed ``url_token`` request in the access log, while still 
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import socket
 from pathlib import Path
+from urllib.parse import quote
 
 import builders
 import pytest
 from cryptography.fernet import Fernet
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from serve_support import serving, wait_for
 
 from store.clock import SystemClock
@@ -126,3 +130,110 @@ def test_malformed_requests_leave_no_credential_in_the_server_log(tmp_path: Path
     for secret in (bearer, url_token, signature[len("sha256=") :]):
         assert secret[:12] not in text, f"{secret[:12]}... leaked into the server log:\n{text}"
     assert f'"path": "/webhooks/w/{url_uid}/{{token}}"' in text  # the access log names the route
+
+
+# --- hostile paths: every access-log line stays one valid JSON object ------------------------------------
+
+# Characters a request target may carry raw (besides percent-escapes): quotes, braces, separators.
+_RAW_SAFE = "/:@!$&'()*+,;={}\"|^`"
+_HOSTILE_PIECES = (
+    '", "remote": "6.6.6.6", "status": 200, "x": "',
+    '"}\n{"msg": "request", "path": "/forged", "status": 200}',
+    "x-secret:probe",
+    "Authorization: Bearer abc",
+    "token=abc",
+    "\\",
+    '\\"',
+    "\r\n",
+    "\u2028",
+    "{}",
+    "é🙂",
+)
+
+
+def _target(path: str, raw: str) -> bytes:
+    """``path`` as a request target: percent-escaped except for the characters in ``raw``."""
+    return quote(path, safe="/" + raw).encode("ascii")
+
+
+@st.composite
+def _hostile_path(draw: st.DrawFn, url_uid: str, url_token: str) -> tuple[str, bytes]:
+    """(decoded path, request target): segments of hostile text, some behind a near-miss ingress prefix
+    carrying the real ``url_token`` (mixed case, repeated slashes)."""
+    parts = draw(
+        st.lists(
+            st.one_of(st.sampled_from(_HOSTILE_PIECES), st.text(min_size=1, max_size=12)),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    path = "/" + "/".join(parts)
+    if draw(st.booleans()):
+        slashes = [draw(st.integers(1, 3)) for _ in range(3)]
+        words = [draw(st.sampled_from(forms)) for forms in (("webhooks", "Webhooks", "WEBHOOKS"), ("w", "W"))]
+        prefix = "/" * slashes[0] + words[0] + "/" * slashes[1] + words[1] + "/" * slashes[2]
+        path = prefix + url_uid + "/" + url_token + draw(st.sampled_from(["", "/", "/x", path]))
+    raw = draw(st.sampled_from(["", _RAW_SAFE]))
+    return path.replace("\x00", ""), _target(path.replace("\x00", ""), raw)
+
+
+def _send(port: int, method: bytes, target: bytes) -> int:
+    request = (
+        method
+        + b" "
+        + target
+        + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    status = _raw(port, request).split(b" ")
+    return int(status[1])
+
+
+def test_hostile_paths_keep_every_access_log_line_one_valid_json_object(tmp_path: Path) -> None:
+    key = Fernet.generate_key().decode()
+    url_token = "urltok-" + secrets.token_hex(16)
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    db = f"sqlite+aiosqlite:///{data_dir / 'factory.db'}"
+    _, url_uid, _ = asyncio.run(_seed(db, key, "bearer-" + secrets.token_hex(16), url_token))
+    log = tmp_path / "serve.log"
+    sent: list[tuple[str, int]] = []  # (method, status answered), in order
+
+    with serving(data_dir, env={"FACTORY_SECRET_KEY": key}, log=log) as served:
+        # The two near misses of the issue, then what hypothesis makes of the pieces above.
+        for method, target in (
+            (b"POST", f"/webhooks/w//{url_uid}/{url_token}".encode()),
+            (b"POST", f"/Webhooks/w/{url_uid}/{url_token}".encode()),
+            (b"GET", b"/api/v1/agent/runs/x-secret:probe"),
+            (b"GET", b"/api/v1/agent/runs/x%22,%20%22remote%22:%20%226.6.6.6%22,%20%22status%22:%20200"),
+        ):
+            sent.append((method.decode(), _send(served.port, method, target)))
+
+        @settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(request=_hostile_path(url_uid, url_token), method=st.sampled_from([b"GET", b"POST"]))
+        def hostile(request: tuple[str, bytes], method: bytes) -> None:
+            sent.append((method.decode(), _send(served.port, method, request[1])))
+
+        hostile()
+        wait_for(
+            lambda: len(_access_lines(log)) >= len(sent),
+            what="an access-log line for every request",
+            alive=[served.proc],
+            logs=[log],
+        )
+
+    text = log.read_text(errors="replace")
+    assert url_token[:12] not in text, f"the url_token leaked into the server log:\n{text}"
+    records = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)  # every structured line parses, whatever the request put in it
+            assert isinstance(record, dict), line
+            if record.get("msg") == "request" and record.get("path") != "/healthz":
+                records.append(record)
+    # One record per request, in order, each with exactly its own fields and values: nothing dropped,
+    # nothing injected, no forged extra line.
+    assert len(records) == len(sent), (len(records), len(sent))
+    for record, (method, status) in zip(records, sent, strict=True):
+        assert set(record) == {"msg", "method", "path", "status", "duration_ms", "remote"}, record
+        assert (record["method"], record["status"], record["remote"]) == (method, status, "127.0.0.1"), record
+        assert isinstance(record["path"], str) and isinstance(record["duration_ms"], float | int), record

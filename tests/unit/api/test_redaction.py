@@ -4,6 +4,7 @@ behind aiohttp's own parser and access logger, captured with ``caplog``."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import sys
@@ -21,6 +22,7 @@ from api.redaction import (
     RedactingFilter,
     install_log_redaction,
     parser_error_summary,
+    redact_json_line,
     redact_path,
     redact_text,
     uninstall_log_redaction,
@@ -28,23 +30,63 @@ from api.redaction import (
 from store.crypto import SecretBox
 
 SECRET = "s3cr3t-VALUE-9f8e7d"
+UID = "wh_01m8b8a1c59jhcjbrsnpyxv83p"  # the shape of store.ids.new_id("wh")
 
 
 @pytest.mark.parametrize(
     ("path", "shown"),
     [
-        ("/webhooks/w/wh_1", "/webhooks/w/wh_1"),
-        (f"/webhooks/w/wh_1/{SECRET}", "/webhooks/w/wh_1/{token}"),
-        (f"/webhooks/w/wh_1/{SECRET}/more", "/webhooks/w/wh_1/{token}"),
-        (f"/webhooks/w/wh_1?token={SECRET}", "/webhooks/w/wh_1?{query}"),
-        (f"/webhooks/w/wh_1/{SECRET}?q={SECRET}", "/webhooks/w/wh_1/{token}?{query}"),
-        ("/webhooks/w/wh_1/", "/webhooks/w/wh_1/"),
+        (f"/webhooks/w/{UID}", f"/webhooks/w/{UID}"),
+        (f"/webhooks/w/{UID}/{SECRET}", f"/webhooks/w/{UID}/{{token}}"),
+        (f"/webhooks/w/{UID}/{SECRET}/more", f"/webhooks/w/{UID}/{{token}}"),
+        (f"/webhooks/w/{UID}?token={SECRET}", f"/webhooks/w/{UID}?{{query}}"),
+        (f"/webhooks/w/{UID}/{SECRET}?q={SECRET}", f"/webhooks/w/{UID}/{{token}}?{{query}}"),
+        (f"/webhooks/w/{UID}/", f"/webhooks/w/{UID}/"),
+        # near misses (404s that still carry a token): any case, repeated slashes, a non-UID in the UID slot
+        (f"/webhooks/w//{UID}/{SECRET}", f"/webhooks/w//{UID}/{{token}}"),
+        (f"/Webhooks/w/{UID}/{SECRET}", f"/Webhooks/w/{UID}/{{token}}"),
+        (f"//WEBHOOKS//W//{UID}//{SECRET}/", f"//WEBHOOKS//W//{UID}/{{token}}"),
+        (f"/webhooks/w//{SECRET}", "/webhooks/w//{uid}"),
+        (f"/webhooks/w/{UID} /{SECRET}", "/webhooks/w/{uid}/{token}"),
         ("/api/v1/agent/runs", "/api/v1/agent/runs"),
+        ("/console/factories/fa_1/webhooks/wh_1/enabled", "/console/factories/fa_1/webhooks/wh_1/enabled"),
+        # credential shapes in a path are hidden like anywhere else
+        (f"/api/v1/agent/runs/x-secret:{SECRET}", f"/api/v1/agent/runs/x-secret:{REDACTED}"),
     ],
 )
 def test_paths(path: str, shown: str) -> None:
     assert redact_path(path) == shown
     assert redact_path(shown) == shown  # idempotent
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/agent/runs/x-secret:probe",
+        '/runs/x", "remote": "6.6.6.6", "status": 200, "x": "',
+        '/a"}\n{"msg": "request", "path": "/forged"}',
+        f"/x/token={SECRET}/Authorization: Bearer {SECRET}",
+    ],
+)
+def test_a_json_line_keeps_its_fields_whatever_the_path(path: str) -> None:
+    line = json.dumps({"msg": "request", "path": path, "status": 404, "remote": "127.0.0.1"})
+    record = logging.LogRecord("aiohttp.access", logging.INFO, __file__, 1, line, None, None)
+    RedactingFilter().filter(record)
+    out = json.loads(record.getMessage())
+    assert (out["msg"], out["status"], out["remote"]) == ("request", 404, "127.0.0.1")
+    assert set(out) == {"msg", "path", "status", "remote"} and SECRET not in out["path"]
+
+
+def test_json_lines_are_redacted_field_by_field() -> None:
+    line = json.dumps({"msg": "x", "k": {"api_key": SECRET, "n": [f"Bearer {SECRET}", 1]}, "ok": "plain"})
+    assert json.loads(redact_json_line(line) or "") == {
+        "msg": "x",
+        "k": {"api_key": REDACTED, "n": [f"Bearer {REDACTED}", 1]},
+        "ok": "plain",
+    }
+    unchanged = '{"msg":"request","path":"/api/v1/agent/runs"}'
+    assert redact_json_line(unchanged) is unchanged  # a clean line keeps its exact text
+    assert redact_json_line("[1, 2]") is None and redact_json_line("{not json") is None
 
 
 @pytest.mark.parametrize(
