@@ -39,6 +39,23 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--command", dest="harness_command", default=None, metavar="CMD", help="command harness CLI"
     )
+    p.add_argument(
+        "--workspace-dir",
+        default=None,
+        metavar="DIR",
+        help="service-hosted run workspaces (default: a private temp dir; never inside the data dir)",
+    )
+    p.add_argument("--bwrap", default=None, metavar="PATH", help="bubblewrap executable (default bwrap)")
+    p.add_argument(
+        "--sandbox-ro", action="append", default=None, metavar="DIR", help="also in every sandbox, read-only"
+    )
+    p.add_argument(
+        "--sandbox-rw",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="also in every sandbox, writable (shared by all runs of all teams)",
+    )
     p.add_argument("--public-url", default=None, help="external base URL used in ingress URLs")
     p.add_argument(
         "--delivery-rate-limit", type=int, default=None, help="deliveries per webhook per minute (60)"

@@ -24,6 +24,16 @@ def register(sub: Any) -> None:  # argparse subparsers
     )
     p.add_argument("--concurrency", type=int, default=1, metavar="N", help="runs executed at once (1)")
     p.add_argument("--workspace-root", default=None, metavar="DIR", help="run workspaces (default: temp dir)")
+    p.add_argument(
+        "--sandbox",
+        choices=("auto", "bwrap", "none"),
+        default="auto",
+        help="where setup commands and the command harness run: auto = in bubblewrap when it works, "
+        "else on this host; bwrap = only in bubblewrap (runs needing it fail without); none = this host",
+    )
+    p.add_argument("--bwrap", default="bwrap", metavar="PATH", help="bubblewrap executable (bwrap)")
+    p.add_argument("--sandbox-ro", action="append", default=[], metavar="DIR", help="read-only in sandboxes")
+    p.add_argument("--sandbox-rw", action="append", default=[], metavar="DIR", help="writable in sandboxes")
     p.add_argument("--wait-seconds", type=float, default=20.0, help=argparse.SUPPRESS)
     p.set_defaults(handler=_worker)
 
@@ -52,8 +62,24 @@ def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
 
     from factoryctl.worker.agent import RemoteWorker
     from factoryctl.worker.execution import scrubbed_environment
+    from factoryctl.worker.sandbox import Sandbox, check_layout
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    workspace_root = Path(args.workspace_root).resolve() if args.workspace_root else None
+    read_only = [Path(p).resolve() for p in args.sandbox_ro]
+    writable = [Path(p).resolve() for p in args.sandbox_rw]
+    try:
+        check_layout([], workspace_root, read_only, writable)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    sandbox = None
+    if args.sandbox != "none":
+        sandbox = Sandbox(args.bwrap, read_only=read_only, writable=writable)
+        problem = sandbox.problem()
+        if problem is not None:
+            how = "runs that need one will fail" if args.sandbox == "bwrap" else "runs execute on this host"
+            logging.getLogger("factoryctl.worker").warning("no sandbox (%s): %s", problem, how)
     worker = RemoteWorker(
         ctx.api_url(args.server),
         key,
@@ -61,9 +87,11 @@ def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
         harness=args.harness,
         command=args.harness_command,
         concurrency=args.concurrency,
-        workspace_root=Path(args.workspace_root).resolve() if args.workspace_root else None,
+        workspace_root=workspace_root,
         wait_seconds=args.wait_seconds,
         harness_env=scrubbed_environment(ctx.env),  # the agent never sees the worker's own key
+        sandbox=sandbox,
+        sandbox_required=args.sandbox == "bwrap",
     )
     try:
         return asyncio.run(worker.run_until_signalled())

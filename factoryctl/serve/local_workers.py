@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import shutil
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
+from tempfile import gettempdir, mkdtemp
 from typing import Any
 
 from aiohttp import web
@@ -41,6 +43,7 @@ from factoryctl.worker.execution import (
     job_for_claim,
 )
 from factoryctl.worker.job import Outcome
+from factoryctl.worker.sandbox import Sandbox, check_layout
 from store import NotFound
 from store import secrets as secret_store
 from store.clock import Clock
@@ -226,8 +229,12 @@ def service_workers(
     The lease reaper is a separate lifecycle (:func:`api.claims.reaper.lease_reaper`): it must run
     even with no service-hosted worker, because self-hosted workers hold leases too.
 
-    ``workspace_root`` None uses ``<data-dir>/workspaces``; ``harness_env`` None lets agents
-    inherit this process's environment (pass a scrubbed copy, see
+    Run-controlled processes (setup commands, the command harness and what it starts) run only inside
+    ``sandbox`` (None: bubblewrap from PATH); runs that need one are refused (FAILED
+    ``sandbox_unavailable``) while it does not work (docs/workers.md, "Sandbox"). ``workspace_root``
+    None is a fresh private directory under the system temp dir, removed at stop; a root that overlaps
+    the data directory or ``guarded`` (a SQLite database's directory) is refused at start.
+    ``harness_env`` None lets agents inherit this process's environment (pass a scrubbed copy, see
     :func:`factoryctl.worker.execution.scrubbed_environment`).
     """
     if n < 0:
@@ -239,12 +246,14 @@ def service_workers(
         execution = ExecutionSettings(
             harness=harness_name,
             command=command,
-            workspace_root=workspace_root or settings.data_dir / "workspaces",
+            workspace_root=workspace_root or scratch or Path(gettempdir()),
             heartbeat_seconds=beat,
             harness_env=harness_env,
         )
         stop, abort = asyncio.Event(), asyncio.Event()
         instance = secrets.token_hex(4)
+    sandbox: Sandbox | None = None,
+    guarded: Sequence[Path] = (),
         workers = [
             asyncio.create_task(ServiceWorker(app, f"service:{instance}/{i}", execution, stop, abort).run())
             for i in range(n)
@@ -257,7 +266,19 @@ def service_workers(
             if workers:
                 _done, pending = await asyncio.wait(workers, timeout=STOP_TIMEOUT_SECONDS)
                 for task in pending:
+    confine = sandbox if sandbox is not None else Sandbox()
                     task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
 
     return lifecycle
+        check_layout([settings.data_dir, *guarded], workspace_root, confine.read_only, confine.writable)
+        fresh = workspace_root is None and n > 0
+        scratch = Path(mkdtemp(prefix="factoryctl-workspaces-")) if fresh else None
+        if n:
+            problem = await asyncio.to_thread(confine.problem)
+            if problem is not None:
+                log.warning("service-hosted workers: no sandbox (%s); runs that need one will fail", problem)
+            sandbox=confine,
+            sandbox_required=True,
+            if scratch is not None:
+                await asyncio.to_thread(shutil.rmtree, scratch, True)

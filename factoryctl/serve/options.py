@@ -4,6 +4,7 @@ the CLI edge, and handed to the processes as a :class:`ServeOptions`."""
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from api.context import ServerSettings
 from api.notifications.policy import NotificationSettings
 from factoryctl.context import CliContext
 from factoryctl.serve.group import parse_processes
+from factoryctl.worker.sandbox import DEFAULT_BWRAP, check_layout
 
 
 def parse_duration(value: str) -> float:
@@ -35,6 +37,13 @@ class ServeOptions:
     processes: int = 1  # --processes: 1 primary + (processes - 1) secondaries (docs/operations.md)
     harness: str = "echo"
     harness_command: str | None = None
+    # Service-hosted runs: their workspaces (None: a private temp directory) and the sandbox their
+    # run-controlled processes start in (docs/workers.md, "Sandbox").
+    workspace_dir: Path | None = None
+    bwrap: str = DEFAULT_BWRAP
+    sandbox_ro: tuple[Path, ...] = ()
+    sandbox_rw: tuple[Path, ...] = ()
+    guarded: tuple[Path, ...] = ()  # never within a run's reach: the data dir, a SQLite database's dir
     db_connect_attempts: int = 8
     env: dict[str, str] = field(default_factory=dict)  # the CLI's environment (agents get it scrubbed)
     notifications: NotificationSettings = field(default_factory=NotificationSettings)
@@ -101,8 +110,34 @@ class ServeOptions:
             harness=harness,
             harness_command=command,
             env=dict(env),
+        workspace = pick(args.workspace_dir, "WORKSPACE_DIR", None)
+        workspace_dir = Path(workspace).resolve() if workspace else None
+        sandbox_ro, sandbox_rw = (
+            tuple(Path(p).resolve() for p in (flag or env.get(f"FACTORY_{name}", "").split(os.pathsep)) if p)
+            for flag, name in ((args.sandbox_ro, "SANDBOX_RO"), (args.sandbox_rw, "SANDBOX_RW"))
+        )
+        guarded = guarded_paths(ctx)
+        if workers:
+            check_layout(guarded, workspace_dir, sandbox_ro, sandbox_rw)
             db_connect_attempts=max(1, int(env.get("FACTORY_DB_CONNECT_ATTEMPTS") or 8)),
             notifications=NotificationSettings(
                 timeout_seconds=timeout, connect_timeout_seconds=min(timeout, 5.0)
             ),
         )
+            workspace_dir=workspace_dir,
+            bwrap=pick(args.bwrap, "BWRAP", DEFAULT_BWRAP),
+            sandbox_ro=sandbox_ro,
+            sandbox_rw=sandbox_rw,
+            guarded=guarded,
+
+
+def guarded_paths(ctx: CliContext) -> tuple[Path, ...]:
+    """What no run may reach: the data directory (key, database, mirrors, caches) and, for a SQLite
+    store kept elsewhere, its database's directory."""
+    from sqlalchemy.engine import make_url
+
+    paths = [ctx.data_dir]
+    url = make_url(ctx.database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        paths.append(Path(url.database).resolve().parent)
+    return tuple(paths)

@@ -29,6 +29,7 @@ from factoryctl.serve.reconcile import make_source, reconciler_lifecycle
 from factoryctl.serve.runtime import configure_logging, listen, make_runner, port_taken, stop_on_signals
 from factoryctl.serve.validation import make_validator
 from factoryctl.worker.execution import scrubbed_environment
+from factoryctl.worker.sandbox import Sandbox
 from store import apikeys
 from store.clock import SystemClock
 from store.crypto import SecretBox
@@ -100,14 +101,17 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
     # Every replica runs a notification sender; claims (SKIP LOCKED) decide who sends what
     # (docs/notifications.md, "At least once").
     out.append(notification_sender())
-    # Service-hosted workers; agents never inherit the server's credentials.
+    # Service-hosted workers; agents never inherit the server's credentials, and what a run controls
+    # starts only in a sandbox that cannot reach the data directory (docs/workers.md, "Sandbox").
     out.append(
         service_workers(
             options.workers,
             options.harness,
             options.harness_command,
-            options.settings.data_dir / "workspaces",
+            options.workspace_dir,
             harness_env=scrubbed_environment(options.env),
+            sandbox=Sandbox(options.bwrap, read_only=options.sandbox_ro, writable=options.sandbox_rw),
+            guarded=options.guarded,
         )
     )
     out.append(retention_job())  # delivery-log retention and rate-counter pruning

@@ -49,6 +49,7 @@ from factoryctl.worker.errors import EnvironmentSetupFailed, LeaseLost, WorkerRe
 from factoryctl.worker.execution import ExecutionSettings, HeartbeatReply, LogLine, execute, job_for_claim
 from factoryctl.worker.job import Outcome
 from factoryctl.worker.resolve import RemoteSecrets
+from factoryctl.worker.sandbox import Sandbox
 
 T = TypeVar("T")
 log = logging.getLogger("factoryctl.worker")
@@ -80,6 +81,8 @@ class RemoteWorker:
         harness_env: Mapping[str, str] | None = None,
         drain_seconds: float = 30.0,
         worker_id: str | None = None,
+        sandbox: Sandbox | None = None,
+        sandbox_required: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -95,6 +98,8 @@ class RemoteWorker:
             command=command,
             workspace_root=workspace_root or Path(tempfile.gettempdir()) / "factoryctl-workspaces",
             harness_env=harness_env,
+            sandbox=sandbox,  # docs/workers.md, "Sandbox": --sandbox auto|bwrap|none
+            sandbox_required=sandbox_required,
         )
         self.stop = asyncio.Event()  # stop claiming
         self.abort = asyncio.Event()  # cancel running harnesses

@@ -5,7 +5,9 @@ Steps, all within one wall-clock budget (``timeout_seconds``):
 1. clone each of ``repos`` (``{url, path?, ref?}``) into ``<workspace>/<path>`` (default: the
    repository name from the URL) and check out ``ref`` when given (branch, tag or commit);
 2. run each ``setup`` command with ``bash --noprofile --norc -eo pipefail -c`` in the workspace,
-   in its own process group, with the environment's ``env`` and ``secrets`` as variables.
+   in its own process group, with the environment's ``env`` and ``secrets`` as variables - inside the
+   worker's sandbox when it has one (:func:`factoryctl.worker.sandbox.start_process`; the clones of
+   step 1 are the worker's own git runs, outside it).
 
 Any failure raises :class:`EnvironmentSetupFailed` carrying the last ~2 KB of output, secrets
 redacted; :func:`setup_failure_outcome` turns it into the run's FAILED outcome with error_code
@@ -42,6 +44,7 @@ from factoryctl.worker.harness import (
     wait_for_exit,
 )
 from factoryctl.worker.job import Outcome, parse_environment, redact
+from factoryctl.worker.sandbox import Sandbox, start_process
 from factoryctl.worker.workspace import safe_file_name
 
 DEFAULT_SETUP_TIMEOUT_SECONDS = 900.0
@@ -57,12 +60,14 @@ async def prepare_environment(
     timeout_seconds: float = DEFAULT_SETUP_TIMEOUT_SECONDS,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     on_output: OutputCallback | None = None,
+    sandbox: Sandbox | None = None,
 ) -> list[Path]:
     """Clone the repositories and run the setup commands; returns the cloned directories.
 
     ``base_env`` is the variables setup commands start from (None inherits this process's
     environment). Output goes to ``on_output``: ``system`` for progress lines, ``stdout`` for the
-    setup commands' combined stdout and stderr.
+    setup commands' combined stdout and stderr. ``sandbox`` confines the setup commands (None: they
+    run on the worker's host).
     """
     try:
         spec = parse_environment(environment)
@@ -101,7 +106,7 @@ async def prepare_environment(
     commands: list[str] = spec["setup"]
     for index, command in enumerate(commands, 1):
         await emit("system", f"setup {index}/{len(commands)}: {command}")
-        code = await _run_setup(command, workspace, env, remaining(), grace_seconds, emit, tail)
+        code = await _run_setup(command, workspace, env, remaining(), grace_seconds, emit, tail, sandbox)
         if code is None:
             raise EnvironmentSetupFailed(
                 f"environment setup timed out after {timeout_seconds:g}s (setup command {index})", tail.text()
@@ -157,18 +162,18 @@ async def _run_setup(
     grace_seconds: float,
     emit: RedactingEmitter,
     tail: OutputTail,
+    sandbox: Sandbox | None,
 ) -> int | None:
     """Run one setup command; its exit status, or None when it timed out (its group is killed)."""
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *SETUP_SHELL,
-            command,
+        proc = await start_process(
+            [*SETUP_SHELL, command],
             cwd=workspace,
-            env=dict(env),
+            env=env,
+            sandbox=sandbox,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
         )
     except OSError as exc:
         raise EnvironmentSetupFailed(f"cannot start bash for setup: {exc}", tail.text()) from exc

@@ -29,9 +29,10 @@ from factoryctl.worker.environment import (
 )
 from factoryctl.worker.errors import EnvironmentSetupFailed, InvalidClaim, WorkerError
 from factoryctl.worker.errors import LeaseLost as LeaseLost  # re-exported: channels raise it from here
-from factoryctl.worker.harness import Harness, OutputCallback, RedactingEmitter, harness_for
+from factoryctl.worker.harness import CommandHarness, Harness, OutputCallback, RedactingEmitter, harness_for
 from factoryctl.worker.job import Job, Outcome, redact
 from factoryctl.worker.resolve import SecretSource, resolve_claim
+from factoryctl.worker.sandbox import Sandbox, SandboxUnavailable, sandbox_for
 from factoryctl.worker.workspace import create_workspace, remove_workspace
 
 log = logging.getLogger("factoryctl.worker")
@@ -82,6 +83,10 @@ class ExecutionSettings:
     log_flush_seconds: float = 0.5
     harness_env: Mapping[str, str] | None = None  # None: inherit this process's environment
     keep_workspace: bool = False
+    # Where run-controlled processes start (docs/workers.md, "Sandbox"); required: refuse a run that
+    # needs one when it does not work (service-hosted workers), else fall back to the host.
+    sandbox: Sandbox | None = None
+    sandbox_required: bool = False
 
 
 def scrubbed_environment(env: Mapping[str, str]) -> dict[str, str]:
@@ -149,10 +154,21 @@ async def execute(
         cancel.set()
     buffer = LogBuffer()
     try:
-        harness = harness_for(job.agent_config, settings.harness, settings.command, env=settings.harness_env)
+        harness = harness_for(job.agent_config, settings.harness, settings.command)
+        sandbox = await sandbox_for(
+            job,
+            command_harness=isinstance(harness, CommandHarness),
+            sandbox=settings.sandbox,
+            required=settings.sandbox_required,
+        )
+        harness = harness_for(
+            job.agent_config, settings.harness, settings.command, env=settings.harness_env, sandbox=sandbox
+        )
+    except SandboxUnavailable as exc:
+        return await _finish(job, channel, buffer, Outcome.failed(str(exc), exc.error_code))
     except WorkerError as exc:
         return await _finish(job, channel, buffer, Outcome.error(str(exc), "harness_unavailable"))
-    work = asyncio.create_task(_run_in_workspace(job, harness, settings, cancel, buffer.add))
+    work = asyncio.create_task(_run_in_workspace(job, harness, settings, cancel, buffer.add, sandbox))
     loop = asyncio.get_running_loop()
     next_heartbeat = loop.time() + settings.heartbeat_seconds
     shutdown = False
@@ -237,7 +253,12 @@ async def _heartbeat(channel: RunChannel, run_id: str) -> HeartbeatReply:
 
 
 async def _run_in_workspace(
-    job: Job, harness: Harness, settings: ExecutionSettings, cancel: asyncio.Event, on_output: OutputCallback
+    job: Job,
+    harness: Harness,
+    settings: ExecutionSettings,
+    cancel: asyncio.Event,
+    on_output: OutputCallback,
+    sandbox: Sandbox | None,
 ) -> Outcome:
     try:
         path = await asyncio.to_thread(create_workspace, settings.workspace_root, job)
@@ -248,7 +269,7 @@ async def _run_in_workspace(
             # Setup commands can read .mcp.json: its secrets are redacted like the environment's.
             secrets = job.secret_values()
             prepared = await _prepare(
-                job.environment, path, settings, cancel, RedactingEmitter(on_output, secrets)
+                job.environment, path, settings, cancel, RedactingEmitter(on_output, secrets), sandbox
             )
             if prepared is not None:
                 return _redacted(prepared, secrets)
@@ -274,12 +295,18 @@ async def _prepare(
     settings: ExecutionSettings,
     cancel: asyncio.Event,
     on_output: OutputCallback,
+    sandbox: Sandbox | None,
 ) -> Outcome | None:
     """Prepare the environment; an outcome when the run must end here (failed or cancelled)."""
     timeout = environment.get("setup_timeout_seconds") or DEFAULT_SETUP_TIMEOUT_SECONDS
     task = asyncio.create_task(
         prepare_environment(
-            environment, path, base_env=settings.harness_env, timeout_seconds=timeout, on_output=on_output
+            environment,
+            path,
+            base_env=settings.harness_env,
+            timeout_seconds=timeout,
+            on_output=on_output,
+            sandbox=sandbox,
         )
     )
     cancelled = asyncio.create_task(cancel.wait())

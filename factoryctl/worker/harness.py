@@ -4,7 +4,10 @@
 - :class:`CommandHarness` runs a CLI agent (``claude -p``, ``codex exec`` ...) as a subprocess in
   its own process group, prompt on stdin, output streamed line by line; on cancel or timeout the
   whole group is stopped (SIGTERM, then SIGKILL after a grace period), so no tool the agent
-  started outlives the run.
+  started outlives the run. Given a :class:`~factoryctl.worker.sandbox.Sandbox`, the agent and
+  everything it starts (MCP servers, tools) run inside it, confined to the workspace; stopping the
+  group then kills the whole sandbox at once, and a command killed by signal S inside it ends with
+  bwrap's status 128+S (``harness_exit_<128+S>``).
 
 Outcomes of the command harness (``status_message.error_code``):
 
@@ -37,6 +40,7 @@ from typing import Any, Protocol
 
 from factoryctl.worker import HarnessError
 from factoryctl.worker.job import Job, Outcome, redact
+from factoryctl.worker.sandbox import Sandbox, start_process
 from factoryctl.worker.workspace import PROMPT_FILE, RESULT_FILE
 
 OutputCallback = Callable[[str, str], Awaitable[None]]
@@ -101,7 +105,7 @@ class CommandHarness:
     without quoting. The process gets ``env`` (None inherits this process's environment), then the
     job environment's env and secrets, then ``FACTORY_RUN_ID``, ``FACTORY_MODEL_ID`` (when a model is
     set), ``FACTORY_WORKSPACE`` and ``FACTORY_PROMPT_FILE``. The effective timeout is the smaller
-    of ``timeout_seconds`` and the job's.
+    of ``timeout_seconds`` and the job's. ``sandbox`` confines the process (None: the worker's host).
     """
 
     def __init__(
@@ -111,6 +115,7 @@ class CommandHarness:
         env: Mapping[str, str] | None = None,
         *,
         grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        sandbox: Sandbox | None = None,
     ) -> None:
         if not command or (not isinstance(command, str) and not all(command)):
             raise HarnessError("the command harness needs a non-empty command")
@@ -118,6 +123,7 @@ class CommandHarness:
         self.timeout_seconds = timeout_seconds
         self.env = dict(env) if env is not None else None
         self.grace_seconds = grace_seconds
+        self.sandbox = sandbox
 
     def argv(self, job: Job, workspace: Path) -> list[str]:
         """The argument vector for ``job`` (placeholders substituted)."""
@@ -155,14 +161,14 @@ class CommandHarness:
         emit = RedactingEmitter(on_output, secrets)
         timeout = min((t for t in (self.timeout_seconds, job.timeout_seconds) if t is not None), default=None)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.argv(job, workspace),
+            proc = await start_process(
+                self.argv(job, workspace),
                 cwd=workspace,
                 env=self.environment(job, workspace),
+                sandbox=self.sandbox,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
             )
         except OSError as exc:
             return Outcome.error(
@@ -210,10 +216,12 @@ def harness_for(
     env: Mapping[str, str] | None = None,
     timeout_seconds: float | None = None,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    sandbox: Sandbox | None = None,
 ) -> Harness:
     """The harness for a run: ``config["harness"]["type"]`` (echo|command) over the worker's default.
 
-    A run may choose the type, never the command: the command is the worker's own (``--command``).
+    A run may choose the type, never the command: the command is the worker's own (``--command``),
+    run inside ``sandbox`` when given.
     Raises :class:`HarnessError` for an unknown type or ``command`` chosen with no command configured.
     """
     chosen = default
@@ -225,7 +233,7 @@ def harness_for(
     if chosen == "command":
         if not command:
             raise HarnessError("the command harness was chosen but this worker has no command configured")
-        return CommandHarness(command, timeout_seconds, env, grace_seconds=grace_seconds)
+        return CommandHarness(command, timeout_seconds, env, grace_seconds=grace_seconds, sandbox=sandbox)
     raise HarnessError(f"unknown harness type {chosen!r}; expected one of {', '.join(HARNESS_TYPES)}")
 
 

@@ -21,6 +21,7 @@ from api.claims.reaper import lease_reaper
 from api.context import ServerSettings
 from api.runs.claim_signal import wake_claimers
 from factoryctl.serve.local_workers import service_workers
+from factoryctl.worker.sandbox import Sandbox
 from store.clock import SystemClock
 from store.crypto import SecretBox
 
@@ -91,8 +92,13 @@ async def ctx(
     commit(repos / "acme" / "skills", {"skills/triage/SKILL.md": SKILL_MD, "tools/x/SKILL.md": "tool body\n"})
     commit(repos / "acme" / "app", {"README.md": "app\n", "src/main.py": "print(1)\n"})
     dumps = tmp_path / "dumps"
+    dumps.mkdir()
     env = {"PATH": "/usr/bin:/bin", "DUMP_DIR": str(dumps)}
-    lifecycle = service_workers(1, "command", DUMP, tmp_path / "ws", harness_env=env, heartbeat_seconds=0.2)
+    # The harness runs in the sandbox (docs/workers.md, "Sandbox"): the dump directory is its one way out.
+    sandbox = Sandbox(writable=[dumps])
+    lifecycle = service_workers(
+        1, "command", DUMP, tmp_path / "ws", harness_env=env, heartbeat_seconds=0.2, sandbox=sandbox
+    )
     settings = ServerSettings(data_dir=tmp_path / "data", skills_source=str(repos / "{owner}" / "{repo}"))
     app = create_app(
         settings, engine, box, lifecycles=[lifecycle, lease_reaper(0.5)], route_modules=ROUTE_MODULES

@@ -43,7 +43,8 @@ def new_run(seed_run: Callable[..., Awaitable[str]]) -> NewRun:
 def worker_app(engine: AsyncEngine, box: SecretBox, tmp_path: Path) -> Callable[..., web.Application]:
     def build(lifecycles: Sequence[Lifecycle] = (), **settings: Any) -> web.Application:
         return create_app(
-            ServerSettings(data_dir=tmp_path, **settings),
+            # Not tmp_path itself: service-hosted workspaces under tmp_path must stay outside it.
+            ServerSettings(data_dir=tmp_path / "data", **settings),
             engine,
             box,
             lifecycles=lifecycles,

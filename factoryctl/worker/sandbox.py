@@ -1,0 +1,246 @@
+"""The sandbox every run-controlled process starts in: bubblewrap (``bwrap``), docs/workers.md "Sandbox".
+
+Run-controlled processes are an environment's ``setup`` commands and the command harness (and so
+whatever the agent starts: the stdio MCP servers of ``.mcp.json``, its tools). Through
+:func:`start_process`, the one place they are started, each runs as
+``bwrap ... -- ARGV`` with:
+
+- every namespace unshared (``--unshare-all``: user, pid, ipc, uts, cgroup and network — no network
+  at all, so neither the database on localhost nor the API is reachable), no capabilities,
+  ``--die-with-parent`` (the sandbox dies with the worker) and ``--new-session``;
+- a root that holds only read-only system directories (``/usr``, ``/bin``, ``/sbin``, ``/lib*``), a
+  chosen list of ``/etc`` files (never ``/etc`` whole: it holds ``shadow``, TLS private keys and the
+  environment files services keep their keys in), a fresh ``/proc`` (only the sandbox's processes),
+  a minimal ``/dev``, an empty ``/tmp`` and an empty private ``HOME``;
+- the run's workspace, read-write, at the same path as on the host, and nothing else of the worker's
+  machine but the directories the operator named (``--sandbox-ro`` / ``--sandbox-rw``). The data
+  directory, its key and database, the server's home and working directory and the other runs'
+  workspaces are never there.
+
+The environment is exactly the one given: it is bwrap's own environment, which the sandbox inherits
+(not ``--setenv`` arguments, which every user of the machine could read in ``/proc/PID/cmdline``).
+
+Whether bwrap works is probed once per :class:`Sandbox` (``bwrap ... true`` with the same
+arguments a run gets) and cached: install bubblewrap, then restart the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from factoryctl.worker.errors import WorkerError
+from factoryctl.worker.job import Job
+
+DEFAULT_BWRAP = "bwrap"
+ERROR_CODE = "sandbox_unavailable"
+SANDBOX_HOME = "/home/sandbox"
+SANDBOX_TMP = "/tmp"  # noqa: S108 - a fresh tmpfs inside the sandbox, not the host's /tmp
+PROBE_TIMEOUT_SECONDS = 10.0
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What programs need from /etc to run, and nothing that may hold a credential.
+ETC_FILES = (
+    "/etc/alternatives",
+    "/etc/ca-certificates",
+    "/etc/ca-certificates.conf",
+    "/etc/debian_version",
+    "/etc/gai.conf",
+    "/etc/group",
+    "/etc/host.conf",
+    "/etc/hosts",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/locale.alias",
+    "/etc/localtime",
+    "/etc/mime.types",
+    "/etc/nsswitch.conf",
+    "/etc/os-release",
+    "/etc/passwd",
+    "/etc/protocols",
+    "/etc/resolv.conf",
+    "/etc/services",
+    "/etc/ssl/certs",
+    "/etc/timezone",
+)
+
+
+class Sandbox:
+    """How to confine a run-controlled process; ``bwrap`` is the executable (a name looked up on PATH,
+    or a path), ``read_only``/``writable`` the operator's extra directories, bound at their own path."""
+
+    def __init__(
+        self, bwrap: str = DEFAULT_BWRAP, *, read_only: Iterable[Path] = (), writable: Iterable[Path] = ()
+    ) -> None:
+        self.bwrap = bwrap
+        self.read_only = tuple(Path(p) for p in read_only)
+        self.writable = tuple(Path(p) for p in writable)
+        self._lock = threading.Lock()
+        self._probed = False
+        self._problem: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Sandbox(bwrap={self.bwrap!r})"
+
+    def argv(self, argv: Sequence[str], workspace: Path) -> list[str]:
+        """The bwrap command line that runs ``argv`` in ``workspace`` inside the sandbox."""
+        ws = str(workspace)
+        out = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        for top in SYSTEM_DIRS:
+            if os.path.islink(top):  # merged /usr: /bin -> usr/bin
+                out += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                out += ["--ro-bind", top, top]
+        for name in ETC_FILES:
+            out += ["--ro-bind-try", name, name]
+        out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP, "--tmpfs", SANDBOX_HOME]
+        for path in self.read_only:
+            out += ["--ro-bind", str(path), str(path)]
+        for path in self.writable:
+            out += ["--bind", str(path), str(path)]
+        out += ["--bind", ws, ws, "--chdir", ws, "--", *argv]
+        return out
+
+    @staticmethod
+    def environment(env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` with ``HOME`` and ``TMPDIR`` pointing at the sandbox's own empty directories."""
+        return {**env, "HOME": SANDBOX_HOME, "TMPDIR": SANDBOX_TMP}
+
+    def problem(self) -> str | None:
+        """Why this sandbox cannot be used on this machine, or None when it works (probed once)."""
+        with self._lock:
+            if not self._probed:
+                self._problem = self._probe()
+                self._probed = True
+            return self._problem
+
+    def available(self) -> bool:
+        return self.problem() is None
+
+    def _probe(self) -> str | None:
+        with tempfile.TemporaryDirectory(prefix="factoryctl-sandbox-probe-") as scratch:
+            try:
+                done = subprocess.run(
+                    self.argv(["true"], Path(scratch)),
+                    env={"PATH": "/usr/bin:/bin"},
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=PROBE_TIMEOUT_SECONDS,
+                    check=False,
+                )
+            except FileNotFoundError:
+                return f"bubblewrap is not installed ({self.bwrap!r} not found)"
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return f"{self.bwrap} cannot be run: {exc}"
+        if done.returncode != 0:
+            reason = done.stderr.decode(errors="replace").strip().splitlines()
+            return f"{self.bwrap} does not work here: {reason[-1] if reason else f'exit {done.returncode}'}"
+        return None
+
+
+async def start_process(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    sandbox: Sandbox | None,
+    **streams: Any,
+) -> asyncio.subprocess.Process:
+    """Start a run-controlled process in its own process group: inside ``sandbox`` (confined to the
+    workspace ``cwd``) or, with None, on the worker's host. ``streams``: ``stdin``/``stdout``/``stderr``.
+
+    Killing the group kills the whole sandbox: bwrap is the group's leader and ``--die-with-parent``
+    takes everything inside with it.
+    """
+    if sandbox is not None:
+        argv, env = sandbox.argv(argv, cwd), sandbox.environment(env)
+    return await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, env=dict(env), start_new_session=True, **streams
+    )
+
+
+def run_controlled(job: Job, *, command_harness: bool) -> list[str]:
+    """What of ``job`` would start a run-controlled process (empty: nothing, no sandbox needed)."""
+    found = []
+    if job.environment and job.environment.get("setup"):
+        found.append("environment setup commands")
+    if any("command" in server for server in job.mcp_servers.values()):
+        found.append("stdio MCP servers")
+    if command_harness:
+        found.append("the command harness")
+    return found
+
+
+def refusal_message(needs: Sequence[str], problem: str) -> str:
+    """The status message of a run refused for want of a sandbox (docs/workers.md, "Sandbox")."""
+    return (
+        f"this run needs a sandbox ({', '.join(needs)}): this worker starts such processes only inside "
+        f"one, and none works on its machine ({problem}). Install bubblewrap (`apt-get install "
+        "bubblewrap`) and restart the worker (`factoryctl serve` for service-hosted runs), or send the "
+        "run to a self-hosted worker (config.worker_host)"
+    )
+
+
+def overlap(path: Path, other: Path) -> bool:
+    """Whether one of two directories is the other or inside it (after resolving symlinks)."""
+    a, b = path.resolve(), other.resolve()
+    return a == b or a.is_relative_to(b) or b.is_relative_to(a)
+
+
+def check_layout(
+    guarded: Sequence[Path],
+    workspace_root: Path | None,
+    read_only: Iterable[Path] = (),
+    writable: Iterable[Path] = (),
+) -> None:
+    """Refuse a layout that would put the server's files (``guarded``: the data directory, a SQLite
+    database's directory) within reach of a run: a workspace root overlapping one, an extra sandbox
+    directory overlapping one or the workspace root, or one inside a system directory every sandbox
+    sees. Raises ValueError with what to change."""
+    for path in guarded:
+        if workspace_root is not None and overlap(workspace_root, path):
+            raise ValueError(
+                f"the workspace directory {workspace_root} overlaps {path}, which holds the server's key "
+                "or database: runs would reach them; choose a workspace directory outside it"
+            )
+        system = next((d for d in SYSTEM_DIRS if path.resolve().is_relative_to(Path(d).resolve())), None)
+        if system is not None:
+            raise ValueError(f"{path} is inside {system}, which every sandbox sees read-only; move it")
+    for extra in (*read_only, *writable):
+        if not Path(extra).is_dir():
+            raise ValueError(f"sandbox directory {extra} does not exist or is not a directory")
+        for other in (*guarded, *([workspace_root] if workspace_root is not None else [])):
+            if overlap(Path(extra), other):
+                raise ValueError(f"sandbox directory {extra} overlaps {other}, which runs must not reach")
+
+
+class SandboxUnavailable(WorkerError):
+    """A run needs a sandbox this worker must use and cannot: it ends FAILED ``sandbox_unavailable``."""
+
+    error_code = ERROR_CODE
+
+
+async def sandbox_for(
+    job: Job, *, command_harness: bool, sandbox: Sandbox | None, required: bool
+) -> Sandbox | None:
+    """The sandbox ``job``'s run-controlled processes start in, None for the worker's host.
+
+    ``required`` (service-hosted workers): a job that would start such a process with no working
+    sandbox raises :class:`SandboxUnavailable`. Otherwise a missing or broken sandbox means the host.
+    A job that starts no such process (the echo harness, no setup commands) needs none.
+    """
+    needs = run_controlled(job, command_harness=command_harness)
+    if not needs:
+        return None
+    problem = "no sandbox is configured" if sandbox is None else await asyncio.to_thread(sandbox.problem)
+    if problem is None:
+        return sandbox
+    if required:
+        raise SandboxUnavailable(refusal_message(needs, problem))
+    return None

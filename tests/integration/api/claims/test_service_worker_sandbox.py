@@ -1,0 +1,75 @@
+"""Service-hosted workers start run-controlled processes only in a sandbox (docs/workers.md, "Sandbox"):
+with no working bubblewrap they refuse the runs that need one, and keep serving the others."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import builders
+import pytest
+from aiohttp import web
+
+from api.claims.reaper import lease_reaper
+from api.runs.claim_signal import wake_claimers
+from factoryctl.serve.local_workers import service_workers
+from factoryctl.worker.sandbox import Sandbox
+from store.clock import SystemClock
+
+FINISHED = {"SUCCEEDED", "FAILED", "ERROR", "CANCELLED"}
+
+
+async def test_without_a_sandbox_runs_that_need_one_fail_clearly_and_echo_runs_still_work(
+    worker_app, tmp_path: Path, aiohttp_client, sessions, new_run, wait_state
+) -> None:
+    marker = tmp_path / "ran"
+    missing = Sandbox(str(tmp_path / "no-such-bwrap"))
+    lifecycle = service_workers(
+        1, "echo", f"touch {marker}", tmp_path / "ws", heartbeat_seconds=0.2, sandbox=missing
+    )
+    app = worker_app(lifecycles=[lifecycle, lease_reaper(0.5)])
+    await aiohttp_client(app)
+    async with sessions() as s, s.begin():
+        team = await builders.team(s, "default")
+        await builders.environment(s, SystemClock(), team.id, "build", {"setup": [f"touch {marker}"]})
+    setup = await new_run(agent_config={"environment_id": "build"})
+    command = await new_run(agent_config={"harness": {"type": "command"}})
+    echo = await new_run(prompt="plain echo")
+    wake_claimers(app)
+    for run_id, needs in ((setup, "environment setup commands"), (command, "the command harness")):
+        run = await wait_state(run_id, FINISHED)
+        assert run.state == "FAILED", run.status_message
+        assert run.status_message is not None
+        assert run.status_message["error_code"] == "sandbox_unavailable"
+        message = run.status_message["message"]
+        assert needs in message and "not installed" in message and "apt-get install bubblewrap" in message
+    assert (await wait_state(echo, FINISHED)).state == "SUCCEEDED"
+    assert not marker.exists()  # nothing ran on the host
+
+
+async def test_with_the_sandbox_the_same_setup_runs_confined(
+    worker_app, tmp_path: Path, aiohttp_client, sessions, new_run, wait_state
+) -> None:
+    lifecycle = service_workers(1, "echo", None, tmp_path / "ws", heartbeat_seconds=0.2, sandbox=Sandbox())
+    app = worker_app(lifecycles=[lifecycle, lease_reaper(0.5)])
+    await aiohttp_client(app)
+    data = tmp_path / "data"
+    async with sessions() as s, s.begin():
+        team = await builders.team(s, "default")
+        spec = {"setup": [f"test ! -e {data} && touch made && test -e made"]}
+        await builders.environment(s, SystemClock(), team.id, "build", spec)
+    run_id = await new_run(agent_config={"environment_id": "build"})
+    wake_claimers(app)
+    run = await wait_state(run_id, FINISHED)
+    assert run.state == "SUCCEEDED", run.status_message
+
+
+async def test_a_workspace_root_inside_the_data_directory_is_refused_at_start(
+    worker_app, tmp_path: Path
+) -> None:
+    lifecycle = service_workers(1, "echo", None, tmp_path / "data" / "workspaces", sandbox=Sandbox())
+    runner = web.AppRunner(worker_app(lifecycles=[lifecycle]))
+    try:
+        with pytest.raises(ValueError, match=r"overlaps .*data"):
+            await runner.setup()
+    finally:
+        await runner.cleanup()
