@@ -2,11 +2,11 @@
 
 The HTTP handler (:mod:`~api.ingress.routes`) runs the checks cheapest-first over the pure policies —
 signature schemes (:mod:`~api.ingress.signatures`), delivery identity (:mod:`~api.ingress.identity`),
-rate-limit arithmetic (:mod:`~api.ingress.ratelimit`), the envelope (:mod:`~api.ingress.envelope`) —
+rate-limit arithmetic (:mod:`api.ratelimit.policy`), the envelope (:mod:`~api.ingress.envelope`) —
 and the store-backed parts: webhook, secret and filter lookups (:mod:`~api.ingress.lookup`) and the
 webhook lookup cache (:mod:`~api.ingress.webhook_cache`), limits
-shared across replicas by leasing capacity in chunks (:mod:`~api.ingress.counters` over the pure
-:mod:`~api.ingress.leases`), the group-committing accept transaction
+shared across replicas by leasing capacity in chunks (:mod:`api.ratelimit`, shared with the
+per-client failed-authentication budget), the group-committing accept transaction
 (:mod:`~api.ingress.pipeline`, with :mod:`~api.ingress.direct` on SQLite) and log retention
 (:mod:`~api.ingress.retention`). The policies do no I/O, so tests, the CLI and the benchmarks share
 one definition of a valid delivery.

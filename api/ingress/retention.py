@@ -22,8 +22,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.context import CLOCK, ENGINE, SETTINGS
-from api.ingress.counters import prune_counters
 from api.periodic import Lifecycle, periodic
+from api.ratelimit.counters import prune_counters
 from store.models import Delivery
 
 log = logging.getLogger("factoryctl.ingress.retention")

@@ -40,7 +40,6 @@ from api import AuthenticationRequired, BadRequest, PayloadTooLarge, RateLimited
 from api.context import BOX, CLOCK, ENGINE, REGISTRY, SESSIONS, SETTINGS, ServerSettings
 from api.http.jsonlimits import InvalidJson, loads_limited
 from api.ingress import pipeline
-from api.ingress.counters import counter_for
 from api.ingress.direct import DirectSqlite
 from api.ingress.identity import (
     FACTORY_DELIVERY_ID_HEADER,
@@ -49,9 +48,10 @@ from api.ingress.identity import (
     signed_delivery_identity,
 )
 from api.ingress.lookup import FilterCache, SecretCache, WebhookRow
-from api.ingress.ratelimit import Decision, Limiter
 from api.ingress.signatures import Verification, bearer_token, token_matches, verify
 from api.ingress.webhook_cache import WebhookCache, find_live_webhook
+from api.ratelimit.counters import counter_for
+from api.ratelimit.policy import Decision, Limiter
 from api.runs.event_hub import runs_queued
 from store.clock import Clock
 from store.db import session_factory
@@ -70,7 +70,7 @@ class Ingress:
     readers: async_sessionmaker[AsyncSession]  # lookups; autocommit on PostgreSQL (no BEGIN/COMMIT trips)
     clock: Clock
     settings: ServerSettings
-    counter: Limiter  # api.ingress.counters.counter_for: leases on PostgreSQL, memory on SQLite
+    counter: Limiter  # api.ratelimit.counters.counter_for: leases on PostgreSQL, memory on SQLite
     secrets: SecretCache
     filters: FilterCache
     webhooks: WebhookCache  # live webhooks and unknown UIDs, valid under one ingress_generation value
@@ -180,7 +180,7 @@ async def receive(request: web.Request) -> web.Response:
 class _Failures:
     """A rejected request of one webhook: counted against its failed-request budget, then logged.
 
-    The budget is taken with :meth:`~api.ingress.ratelimit.Limiter.consume` (count, then decide; on
+    The budget is taken with :meth:`~api.ratelimit.policy.Limiter.consume` (count, then decide; on
     PostgreSQL only tokens leased from the shared budget are spent), so however many rejected requests
     race on however many replicas, at most ``--auth-failure-limit`` per window reach the delivery log; a
     request over the budget is answered 429 and not logged (docs/ingress.md, "Limits").

@@ -2,7 +2,7 @@
 
 With PostgreSQL several replicas serve one store, so the per-webhook limits must hold across them
 without every delivery writing one shared row. :class:`LeasedCounter` admits from tokens it leased in
-chunks (the policy, pure, is :mod:`api.ingress.leases`); a lease is one statement on the key's
+chunks (the policy, pure, is :mod:`api.ratelimit.leases`); a lease is one statement on the key's
 ``rate_counters`` row for the current window, which counts the tokens all replicas have leased there.
 The statement locks that row (``SELECT ... FOR UPDATE``, so concurrent leases are serialised and each
 sees the count the previous one left), adds the grant clamped so that the sliding-window estimate stays
@@ -14,7 +14,7 @@ without the WAL flush the row is locked for microseconds instead of a disk flush
 single-flight within a replica: concurrent requests wait for the lease in progress and share its chunk.
 
 SQLite is a single-node deployment (one process owns the database file), so the in-process
-:class:`~api.ingress.ratelimit.MemoryCounter` is exact there - and it keeps rate accounting off SQLite's
+:class:`~api.ratelimit.policy.MemoryCounter` is exact there - and it keeps rate accounting off SQLite's
 single write lock, which every accepted delivery already needs.
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.ingress.leases import Lease, LeaseBook, LeaseRequest
-from api.ingress.ratelimit import DEFAULT_WINDOW_SECONDS, Decision, Limiter, MemoryCounter, window_position
+from api.ratelimit.leases import Lease, LeaseBook, LeaseRequest
+from api.ratelimit.policy import DEFAULT_WINDOW_SECONDS, Decision, Limiter, MemoryCounter, window_position
 
 # Old windows are pruned by the retention job; keep the current and the previous one.
 _KEEP_WINDOWS = 2
@@ -39,7 +39,7 @@ _LEASE_ATTEMPTS = 3
 
 # ``ins`` creates the window's row when this statement's snapshot has none; ``upd`` otherwise locks the
 # row (FOR UPDATE waits for a concurrent lease and then reads the count it left) and adds the grant.
-# ``room`` is api.ingress.leases.room(): floor((limit + epsilon) - previous * remaining).
+# ``room`` is api.ratelimit.leases.room(): floor((limit + epsilon) - previous * remaining).
 _LEASE = text(
     """
     WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS v),
@@ -87,7 +87,7 @@ class _Flight:
 
 
 class LeasedCounter:
-    """:class:`~api.ingress.ratelimit.Limiter` over leases from ``rate_counters`` (PostgreSQL).
+    """:class:`~api.ratelimit.policy.Limiter` over leases from ``rate_counters`` (PostgreSQL).
 
     Statements per key and window, per replica: one per lease (a few dozen at most with a large limit,
     one per admitted event below a limit of 80 - those are the ones where it is exact) plus one refused

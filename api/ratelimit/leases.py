@@ -3,7 +3,7 @@
 
 On PostgreSQL the ``rate_counters`` row of a key and window counts the capacity that all replicas
 together have *leased* in that window, and a lease never takes the sliding-window estimate of those
-counts (:func:`~api.ingress.ratelimit.decide`) above the limit: of the tokens asked for, the store
+counts (:func:`~api.ratelimit.policy.decide`) above the limit: of the tokens asked for, the store
 grants what :func:`grant` says fits in :func:`room`. A replica admits events from its leased tokens in
 memory and leases again only when it has none left. Every admitted event was leased, so all replicas
 together never admit more than the limit; tokens a replica leased but had not used when the window
@@ -16,7 +16,7 @@ lease is one token, and the delivery limit (never checked, only consumed) is exa
 millions a webhook leases about ``log2(deliveries)`` times per window.
 
 A lease that leaves no room for one more event tells the replica until when there is none
-(:func:`~api.ingress.ratelimit.wait_seconds`: leased counts never go down, so nothing can fit sooner).
+(:func:`~api.ratelimit.policy.wait_seconds`: leased counts never go down, so nothing can fit sooner).
 Until then, once its tokens are spent, the replica refuses from memory with the remaining wait as
 ``Retry-After`` - a flood past the limit costs no statement, and the refusal is one the store would
 have given too.
@@ -28,7 +28,7 @@ spent, with no read per request; a check that finds the budget spent refuses eve
 it recovers, as a failure would.
 
 Everything here is pure (time is a parameter): :meth:`LeaseBook.take` answers admitted, refused or
-"lease this many"; the caller runs the lease (:mod:`api.ingress.counters`) and hands the counts it
+"lease this many"; the caller runs the lease (:mod:`api.ratelimit.counters`) and hands the counts it
 returned to :meth:`LeaseBook.settle`.
 """
 
@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from api.ingress.ratelimit import (
+from api.ratelimit.policy import (
     DEFAULT_WINDOW_SECONDS,
     EPSILON,
     Decision,
@@ -194,7 +194,7 @@ class LeaseBook:
 
     def _sweep(self, now_epoch: float) -> None:
         """Once per window: forget keys idle for two windows. Their tokens are void, and their refusals have
-        expired: :func:`~api.ingress.ratelimit.wait_seconds` is always shorter than two windows."""
+        expired: :func:`~api.ratelimit.policy.wait_seconds` is always shorter than two windows."""
         start, _ = window_position(now_epoch, self._window)
         if start == self._swept:
             return

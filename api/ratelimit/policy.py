@@ -5,7 +5,7 @@ much of it still overlaps the sliding window: ``estimate = previous * (1 - elaps
 smooths the burst a pure fixed window allows at a boundary (2x the limit in a few seconds) without
 storing timestamps. On SQLite the integers are this process's (:class:`MemoryCounter`); on PostgreSQL
 they are ``rate_counters`` rows counting the capacity that replicas have leased in chunks
-(:mod:`api.ingress.leases`, :mod:`api.ingress.counters`), under the same estimate.
+(:mod:`api.ratelimit.leases`, :mod:`api.ratelimit.counters`), under the same estimate.
 
 Only admitted events count: :func:`consume` takes back a rejected hit with ``undo``, so a sender
 that ignores ``Retry-After`` still gets its full quota through, and ``Retry-After`` is exactly the
@@ -67,7 +67,7 @@ def wait_seconds(limit: int, window_seconds: int, current: int, previous: int, e
     """Exact seconds until :func:`decide` would admit the same event (0.0 when it admits it now).
 
     :func:`decide`'s ``retry_after`` is this, rounded up to whole seconds. Where counts never go down
-    (leased counts), nothing can fit sooner: the process-local refusals of :mod:`api.ingress.leases`
+    (leased counts), nothing can fit sooner: the process-local refusals of :mod:`api.ratelimit.leases`
     rely on that.
     """
     if limit < 1 or window_seconds < 1:
@@ -112,7 +112,7 @@ async def consume(counter: Counter, key: str, limit: int, now_epoch: float) -> D
 
 class Limiter(Protocol):
     """What the ingress asks of its limits: :class:`MemoryCounter` on SQLite, ``LeasedCounter`` on
-    PostgreSQL (:mod:`api.ingress.counters`).
+    PostgreSQL (:mod:`api.ratelimit.counters`).
 
     ``consume`` counts one event for ``key`` unless that would exceed ``limit`` per sliding window;
     ``check`` answers whether one more event would still fit, without counting it (the failed-request

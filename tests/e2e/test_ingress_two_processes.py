@@ -14,7 +14,7 @@ import pytest
 from cryptography.fernet import Fernet
 from serve_support import committed, serving
 
-from api.ingress.leases import chunk_cap
+from api.ratelimit.leases import chunk_cap
 from store.clock import SystemClock
 from store.crypto import SecretBox
 from store.db import create_engine, session_factory

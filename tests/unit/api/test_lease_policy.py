@@ -1,4 +1,4 @@
-"""Leased limits (api.ingress.leases): the grant clamp, chunk growth and cap, known-full windows and their
+"""Leased limits (api.ratelimit.leases): the grant clamp, chunk growth and cap, known-full windows and their
 expiry, the failed-request budget's reserve, window roll-over and memory - with a manual clock and a
 store simulated in memory by the same clamp the ``rate_counters`` statement applies (that the statement
 agrees with it is tests/integration/api/ingress/test_ratelimit.py)."""
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.ingress.leases import Lease, LeaseBook, LeaseRequest, chunk_cap, grant, room
-from api.ingress.ratelimit import Decision, decide, window_position
+from api.ratelimit.leases import Lease, LeaseBook, LeaseRequest, chunk_cap, grant, room
+from api.ratelimit.policy import Decision, decide, window_position
 
 W = 60
 T0 = 1_700_000_040.0  # a window start (divisible by 60)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.ingress.ratelimit import Decision, MemoryCounter, consume, decide, window_position
+from api.ratelimit.policy import Decision, MemoryCounter, consume, decide, window_position
 
 W = 60
 T0 = 1_700_000_040.0  # a window start (divisible by 60)

@@ -1,5 +1,5 @@
 """Per-webhook limits through real HTTP: independent per webhook, separate budgets, shared by replicas;
-and on PostgreSQL the leases behind them (api.ingress.leases, api.ingress.counters): the statement grants
+and on PostgreSQL the leases behind them (api.ratelimit.leases, api.ratelimit.counters): the statement grants
 what the policy says, two replicas stay within the documented bound (docs/ingress.md, "Limits"), and
 refusals past a limit cost no statement."""
 
@@ -15,9 +15,9 @@ from sql_support import statements
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.ingress.counters import LeasedCounter, counter_for, prune_counters
-from api.ingress.leases import Lease, LeaseRequest, chunk_cap, grant, room
-from api.ingress.ratelimit import MemoryCounter, window_position
+from api.ratelimit.counters import LeasedCounter, counter_for, prune_counters
+from api.ratelimit.leases import Lease, LeaseRequest, chunk_cap, grant, room
+from api.ratelimit.policy import MemoryCounter, window_position
 from store.db import create_engine
 from store.models import RateCounter
 
