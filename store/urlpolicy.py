@@ -52,10 +52,13 @@ def is_loopback_host(host: str) -> bool:
     return ip is not None and is_loopback(ip)
 
 
-def _written_authority(url: str) -> str:
-    """The authority as written (before any mapping), only to tell whether it was ASCII and to quote it."""
+def _written_host(url: str) -> str:
+    """The host as written (before any mapping), only to tell whether it was ASCII and to quote it."""
     rest = url.split("//", 1)[1] if "//" in url else ""
-    return re.split(r"[/?#]", rest, maxsplit=1)[0]
+    host = re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition("@")[2]
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    return host.rpartition(":")[0] if ":" in host else host
 
 
 def _name_refusal(host: str) -> str | None:
@@ -126,7 +129,7 @@ def url_refusal(url: str) -> str | None:
         return "the URL must not carry a user name or password (use the signing secret to authenticate)"
     if port == 0:
         return "the URL's port must be between 1 and 65535"
-    written = _written_authority(url).rpartition("@")[2]
+    written = _written_host(url)
     reason = _host_refusal(host.lower(), written)
     if reason is not None:
         return reason

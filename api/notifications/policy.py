@@ -33,6 +33,7 @@ class NotificationSettings:
     max_in_flight: int = 64  # concurrent attempts per replica
     failing_after: int = 10  # consecutive failed attempts that mark an endpoint failing
     excerpt_bytes: int = 500  # of a response body kept with the attempt
+    allow_loopback: bool = True  # connect-time check: may a connection reach this host's loopback?
     random: Callable[[], float] = field(default=random.random, compare=False)
 
     @property
