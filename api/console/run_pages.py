@@ -26,6 +26,7 @@ from api.runs.requests import MAX_PROMPT
 from api.runs.serialize import run_item
 from api.runs.states import IllegalTransition
 from api.runs.stream import stream_run
+from api.runs.stream_grants import Grant
 from store.models import Automation, Factory, RunEvent
 
 MAX_PAGE_EVENTS: Final = 2_000  # state changes and follow-ups shown (a run has a handful)
@@ -164,10 +165,11 @@ async def run_page(request: web.Request) -> web.StreamResponse:
 
 
 async def run_events(request: web.Request) -> web.StreamResponse:
-    """``GET /console/runs/{run_id}/events``: the API's run event stream for a signed-in session."""
+    """``GET /console/runs/{run_id}/events``: the API's run event stream for a signed-in session; it ends
+    when the session does (sign-out, its key revoked: docs/events.md, "Revocation and sign-out")."""
     user = await signed_in(request)
     with or_404(missing(f"run {request.match_info['run_id']}")):
-        return await stream_run(request, user.team_id, user.key_id)
+        return await stream_run(request, user.team_id, Grant(user.key_id, user.session_id))
 
 
 async def cancel(request: web.Request) -> web.StreamResponse:

@@ -5,7 +5,9 @@ served by :func:`serve_sse`: one :class:`EventHub` per app counts their open str
 for both kinds), tracks their tasks so shutdown can end them, and wakes them. A stream wakes at once after a
 commit in this process that wrote events (:func:`notify_events`), and otherwise when the probe, run every
 ``poll_seconds`` while any stream is open, sees the event log change: that is how an event committed by
-another replica, or by a path that does not notify, arrives within ``poll_seconds``.
+another replica, or by a path that does not notify, arrives within ``poll_seconds``. The same probe re-checks
+the credentials of every open stream every ``auth_check_seconds`` (:mod:`api.runs.stream_grants`) and ends
+the streams of a revoked key or an ended console session (docs/events.md, "Revocation and sign-out").
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from typing import Any
 
 from aiohttp import web
 
-from api.context import SESSIONS
+from api.context import CLOCK, SESSIONS
 from api.errors import RateLimited
 from api.periodic import periodic
-from api.runs import events
+from api.runs import events, stream_grants
 from api.runs.claim_signal import ClaimSignal, wake_claimers
+from api.runs.stream_grants import Grant
 
 log = logging.getLogger("factoryctl.events")
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -42,6 +45,17 @@ class StreamSettings:
     batch: int = 500  # events read per query
     retry_ms: int = 2000  # the ``retry:`` hint: how long a client waits before reconnecting
     shutdown_grace_seconds: float = 5.0  # streams still running after this are cancelled
+    auth_check_seconds: float = 2.0  # how often open streams' keys and console sessions are re-checked
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One open stream: what it was opened with, its task, and since when it must end (monotonic seconds;
+    None while its grant holds)."""
+
+    grant: Grant
+    task: asyncio.Task[object] | None
+    ended_at: float | None = None
 
 
 class EventHub:
@@ -53,11 +67,14 @@ class EventHub:
         self.closing = False
         self.open_by_key: collections.Counter[str] = collections.Counter()
         self.tasks: set[asyncio.Task[object]] = set()
+        self.tickets: set[Ticket] = set()
         self._last_seen: tuple[int | None, int | None] | None = None
+        self._next_grant_check = 0.0
 
     @contextlib.contextmanager
-    def stream(self, key_id: str) -> Iterator[None]:
-        """Count one open stream of ``key_id`` (429 beyond the cap) and track its task until it ends."""
+    def stream(self, grant: Grant) -> Iterator[Ticket]:
+        """Count one open stream of ``grant``'s key (429 beyond the cap) and track it until it ends."""
+        key_id = grant.key_id
         if self.closing:
             raise RateLimited("the server is shutting down; reconnect to another replica")
         if self.open_by_key[key_id] >= self.settings.max_streams_per_key:
@@ -68,9 +85,12 @@ class EventHub:
         task = asyncio.current_task()
         if task is not None:
             self.tasks.add(task)
+        ticket = Ticket(grant, task)
+        self.tickets.add(ticket)
         try:
-            yield
+            yield ticket
         finally:
+            self.tickets.discard(ticket)
             self.open_by_key[key_id] -= 1
             if not self.open_by_key[key_id]:
                 del self.open_by_key[key_id]
@@ -94,6 +114,30 @@ class EventHub:
         if marks != self._last_seen:
             self._last_seen = marks
             self.signal.wake()
+        if time.monotonic() >= self._next_grant_check:
+            await self.check_grants(app)
+
+    async def check_grants(self, app: web.Application) -> None:
+        """End the streams whose key was revoked or whose console session ended, on any replica: one query
+        per 500 distinct keys and sessions of this app's open streams, at most every
+        ``auth_check_seconds``. An ended stream finishes its current write and returns; one still running
+        ``shutdown_grace_seconds`` later (a client that stopped reading) is cancelled."""
+        now = time.monotonic()
+        self._next_grant_check = now + self.settings.auth_check_seconds
+        holding = [t for t in self.tickets if t.ended_at is None]
+        if holding:
+            async with app[SESSIONS]() as session:
+                gone = await stream_grants.ended(session, app[CLOCK].now(), {t.grant for t in holding})
+            for ticket in holding:
+                if ticket.grant in gone:
+                    ticket.ended_at = now
+            if gone:
+                self.signal.wake()
+        grace = self.settings.shutdown_grace_seconds
+        for ticket in self.tickets:
+            late = ticket.ended_at is not None and now - ticket.ended_at > grace
+            if late and ticket.task is not None:
+                ticket.task.cancel()
 
     async def close(self) -> None:
         """End every open stream (they finish their current write and return), then cancel stragglers."""
@@ -129,8 +173,14 @@ def runs_queued(app: web.Application) -> None:
 class SseWriter:
     """One open stream's response: frames, and the quiet time that decides when a heartbeat is due."""
 
-    def __init__(self, hub: EventHub, resp: web.StreamResponse) -> None:
-        self.hub, self.resp, self.last_write = hub, resp, time.monotonic()
+    def __init__(self, hub: EventHub, ticket: Ticket, resp: web.StreamResponse) -> None:
+        self.hub, self.ticket, self.resp, self.last_write = hub, ticket, resp, time.monotonic()
+
+    @property
+    def open(self) -> bool:
+        """False once the app is stopping or the stream's key or console session has ended: the stream's
+        loop returns and the response ends."""
+        return not self.hub.closing and self.ticket.ended_at is None
 
     async def send(self, frame: bytes) -> None:
         await self.resp.write(frame)
@@ -164,18 +214,19 @@ def event_frame(event_id: str, kind: str, body: Mapping[str, Any]) -> bytes:
     return f"id: {event_id}\nevent: {kind}\ndata: {data}\n\n".encode()
 
 
-async def serve_sse(request: web.Request, key_id: str, follow: Follow, what: str) -> web.StreamResponse:
-    """Open an SSE response counted against ``key_id``'s cap, send the ``retry:`` hint, run ``follow``
-    until it returns (caught up with an end, or the hub is closing), and end the response cleanly.
+async def serve_sse(request: web.Request, grant: Grant, follow: Follow, what: str) -> web.StreamResponse:
+    """Open an SSE response counted against ``grant``'s key's cap, send the ``retry:`` hint, run ``follow``
+    until it returns (caught up with an end, the hub is closing or the grant ended), and end the response
+    cleanly.
 
     Call it after every check that may answer a problem: from here on the status is 200.
     """
     hub = request.app[EVENT_HUB]
-    with hub.stream(key_id):
+    with hub.stream(grant) as ticket:
         resp = web.StreamResponse(headers=SSE_HEADERS)
         await resp.prepare(request)
         try:
-            writer = SseWriter(hub, resp)
+            writer = SseWriter(hub, ticket, resp)
             await writer.send(f"retry: {hub.settings.retry_ms}\n\n".encode())
             await follow(writer)
             await resp.write_eof()

@@ -19,6 +19,7 @@ from api.http.paths import API_V1
 from api.runs import events, team_stream
 from api.runs import records as runs
 from api.runs.event_hub import SseWriter, event_frame, install, resume_from, serve_sse
+from api.runs.stream_grants import Grant
 from store.models import Run, RunEvent
 
 
@@ -41,7 +42,7 @@ async def _follow(app: web.Application, writer: SseWriter, run_id: str, after: i
     committed and this read returns it, so the stream never ends before sending it.
     """
     hub, last = writer.hub, after
-    while not hub.closing:
+    while writer.open:
         wake = hub.signal.current()
         async with app[SESSIONS]() as session:
             state = await session.scalar(select(Run.state).where(Run.run_id == run_id))
@@ -56,10 +57,11 @@ async def _follow(app: web.Application, writer: SseWriter, run_id: str, after: i
         await writer.pause(wake)
 
 
-async def stream_run(request: web.Request, team_id: str, key_id: str) -> web.StreamResponse:
+async def stream_run(request: web.Request, team_id: str, grant: Grant) -> web.StreamResponse:
     """The event stream of the request's ``{run_id}`` for a caller already authenticated as a member of
-    ``team_id``, counted against ``key_id``'s stream cap: the API (:func:`run_events`) and the console
-    (``/console/runs/{run_id}/events``, a session's key) differ only in how they authenticate."""
+    ``team_id`` with ``grant`` (counted against its key's stream cap, ended when it no longer holds): the
+    API (:func:`run_events`) and the console (``/console/runs/{run_id}/events``, a session and its key)
+    differ only in how they authenticate."""
     run_id = request.match_info["run_id"]
     after = _after(request)
     async with request.app[SESSIONS]() as session:
@@ -68,12 +70,12 @@ async def stream_run(request: web.Request, team_id: str, key_id: str) -> web.Str
     async def follow(writer: SseWriter) -> None:
         await _follow(request.app, writer, run_id, after)
 
-    return await serve_sse(request, key_id, follow, run_id)
+    return await serve_sse(request, grant, follow, run_id)
 
 
 async def run_events(request: web.Request) -> web.StreamResponse:
     who = await require(request, "member")
-    return await stream_run(request, who.team_id, who.key_id)
+    return await stream_run(request, who.team_id, Grant(who.key_id))
 
 
 def setup(app: web.Application) -> None:

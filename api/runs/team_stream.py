@@ -26,6 +26,7 @@ from api.errors import BadRequest
 from api.runs import events
 from api.runs.event_hub import SseWriter, event_frame, resume_from, serve_sse
 from api.runs.states import RunState
+from api.runs.stream_grants import Grant
 from store.models import RunEvent
 
 _BOOLEANS: Final = {"true": True, "1": True, "false": False, "0": False}
@@ -116,7 +117,7 @@ async def _follow(
     hub, told = writer.hub, position  # told: the position the client would resume from
     if not resumed:
         await writer.send(_position_frame(position))
-    while not hub.closing:
+    while writer.open:
         wake = hub.signal.current()
         async with app[SESSIONS]() as session:
             rows = await events.read_ordered(session, position, hub.settings.batch, team_id=team_id)
@@ -145,7 +146,7 @@ async def team_events(request: web.Request) -> web.StreamResponse:
     async def follow(writer: SseWriter) -> None:
         await _follow(request.app, writer, who.team_id, wanted, start, resume is not None)
 
-    return await serve_sse(request, who.key_id, follow, f"team {who.team_id}")
+    return await serve_sse(request, Grant(who.key_id), follow, f"team {who.team_id}")
 
 
 __all__ = ["TeamFilter", "parse_filter", "parse_resume", "team_events"]
