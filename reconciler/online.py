@@ -165,13 +165,17 @@ async def _notification(
 
 def _run_refs(definition: FactoryDefinition) -> Iterator[tuple[str, str, Mapping[str, Location], str]]:
     """``(secret name, key, locations, file)`` for every secret a run started from ``definition`` may
-    reference: environments' ``secrets``, MCP ``secret:NAME`` values of agents, automations and schedules."""
+    reference: environments' ``secrets`` and ``mcpServers`` ``secret:NAME`` values, MCP ``secret:NAME`` values
+    of agents, automations and schedules."""
     root = definition.root
     for environment in definition.environments:
         names: Any = (environment.spec or {}).get("secrets") or []
         for index, name in enumerate(names if isinstance(names, list) else []):
             if isinstance(name, str):
                 yield name, f"secrets[{index}]", environment.locations, f"{root}/{environment.path}"
+        for key, name in secrets.mcp_secret_refs((environment.spec or {}).get("mcpServers")):
+            where = "mcpServers." + key.split(".", 1)[1]  # the helper names them mcp_servers.*
+            yield name, where, environment.locations, f"{root}/{environment.path}"
     factory = definition.factory
     for agent, config in sorted(factory.agents.items()):
         if isinstance(config, Mapping):

@@ -24,6 +24,10 @@ storable (FC081, :func:`store.notification_rules.canonical_events` and ``canonic
 rules too); at most :data:`MAX_NOTIFICATIONS_PER_FACTORY` endpoints per factory (FC082). Filter names
 (``factories``, ``automations``) are not checked against anything: ``factories`` may widen the scope to
 other factories, whose automations this tree cannot see.
+
+MCP servers: every ``url`` (an environment's ``mcpServers``, a run config's ``mcp_servers``) obeys the same
+outbound address rule (FC080); a command in a run config is a schema error (FC010): only environments
+define one (docs/agent-config.md, "MCP servers").
 """
 
 from __future__ import annotations
@@ -115,6 +119,7 @@ def check(
         out += _schedule(schedule, automations, environments, definition.root)
     for notification in definition.notifications:
         out += _notification(notification, definition.root)
+    out += _mcp_urls(definition)
     return sorted(out, key=lambda d: (d.path, d.line, d.column, d.rule))
 
 
@@ -320,3 +325,29 @@ def _near_event(events: Sequence[str], field: str) -> str | None:
     near = near or next(iter(difflib.get_close_matches(item, choices, n=1, cutoff=0.6)), None)
     near = near or next(iter(difflib.get_close_matches(item.upper(), states, n=1, cutoff=0.6)), None)
     return f"did you mean '{near}'?" if near else None
+
+
+def _mcp_urls(definition: FactoryDefinition) -> list[Diagnostic]:
+    """FC080 for each MCP server URL the outbound address rules refuse, at its value."""
+    root = definition.root
+    places: list[tuple[Any, str, Mapping[str, Location], str]] = [
+        (env.spec.get("mcpServers"), "mcpServers", env.locations, env.path) for env in definition.environments
+    ]
+    factory = definition.factory
+    for agent, config in factory.agents.items():
+        if isinstance(config, Mapping):
+            places.append(
+                (config.get("mcp_servers"), f"agents.{agent}.mcp_servers", factory.locations, factory.path)
+            )
+    specs: list[AutomationSpec | ScheduleSpec] = [*definition.automations, *definition.schedules]
+    for spec in specs:
+        places.append((spec.config.get("mcp_servers"), "config.mcp_servers", spec.locations, spec.path))
+    out = []
+    for servers, prefix, locations, path in places:
+        for name, server in (servers if isinstance(servers, Mapping) else {}).items():
+            url = server.get("url") if isinstance(server, Mapping) else None
+            refusal = urlpolicy.url_refusal(url) if isinstance(url, str) else None
+            if refusal is not None:
+                where = _place(locations, f"{prefix}.{name}.url", root)
+                out.append(_at("FC080", f"MCP server URL refused: {refusal}", where, _file(root, path)))
+    return out

@@ -39,6 +39,7 @@ from api.runs.prepare import (
     SKILLS,
     find_environment,
     public_config,
+    run_mcp_servers,
     skill_repositories,
     with_skill,
 )
@@ -105,6 +106,8 @@ async def claim_payload(
     env_id = config.get("environment_id")
     if isinstance(env_id, str) and env_id:
         body["environment"] = await environment_payload(session, run.team_id, env_id)
+    if config.get("mcp_servers"):  # references expanded; commands only from the environment (agent-config.md)
+        body["mcp_servers"] = await run_mcp_servers(session, run.team_id, config)
     return {"run": body, "lease_seconds": lease_seconds}
 
 
@@ -200,11 +203,12 @@ async def _fail_claimed(
 
 
 async def run_secret_names(session: AsyncSession, run: Run) -> list[str]:
-    """Every team secret the run references: its MCP ``secret:NAME`` values and its environment's
+    """Every team secret the run references: its MCP servers' ``secret:NAME`` values (as the claim expands
+    them) and its environment's
     ``secrets`` (as the environment is now). Computed from the store, never from a request; which of
     them a worker may read is :func:`store.secrets.reveal_for_run`'s rule (``run`` scope only)."""
     config = run.agent_config or {}
-    names = {name for _field, name in mcp_secret_refs(config.get("mcp_servers"))}
+    names = {name for _field, name in mcp_secret_refs(await run_mcp_servers(session, run.team_id, config))}
     env_id = config.get("environment_id")
     if isinstance(env_id, str) and env_id:
         environment = await find_environment(session, run.team_id, env_id)

@@ -1,8 +1,11 @@
 """Environments over HTTP: ``GET/POST /api/v1/environments``, ``GET/PUT/DELETE /api/v1/environments/{name}``.
 
 An environment body has the shape of ``environments/<name>.yaml`` (``repos``, ``setup``, ``env``,
-``secrets``, ``setupTimeoutSeconds``), checked against the same JSON Schema the reconciler uses,
-plus: every named team secret must exist. ``{name}`` in the path is the name or the uid. Reads
+``secrets``, ``setupTimeoutSeconds``, ``mcpServers``), checked against the same JSON Schema the reconciler
+uses, plus: every named team secret (``secrets`` and ``secret:NAME`` values of ``mcpServers``) must exist
+and be ``run``-scoped, and every MCP server URL must pass the outbound address rules (:mod:`api.runs.mcp`).
+The stdio MCP servers defined here are the only commands a run can reference (docs/agent-config.md).
+``{name}`` in the path is the name or the uid. Reads
 need ``member``; writes need ``admin``; an environment applied from definition files is
 read-only here (409), exactly like a definitions-managed factory.
 """
@@ -24,6 +27,7 @@ from api.errors import Conflict, ResourceNotFound
 from api.http.bodies import fail_on, field_error, read_json_object
 from api.http.pagination import single_page_info
 from api.http.paths import API_V1
+from api.runs import mcp
 from api.runs.prepare import find_environment
 from store import ids
 from store import secrets as secret_store
@@ -31,7 +35,7 @@ from store.clock import rfc3339
 from store.models import Environment
 
 MAX_BODY = 1_048_576
-SPEC_KEYS = ("repos", "setup", "env", "secrets", "setupTimeoutSeconds")
+SPEC_KEYS = ("repos", "setup", "env", "secrets", "setupTimeoutSeconds", mcp.ENVIRONMENT_KEY)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -70,13 +74,18 @@ async def _spec_from(request: web.Request, body: dict[str, Any], team_id: str) -
     errors += spec_errors(spec)
     if not errors:
         errors += _repository_errors(spec)
-    names = spec.get("secrets")
-    if not errors and names:
+        errors += [field_error(where, why) for where, why in mcp.environment_problems(spec)]
+    refs = [("secrets", n) for n in spec.get("secrets") or []]
+    refs += [  # store.secrets names the fields mcp_servers.*; the body's key is mcpServers
+        (f"{mcp.ENVIRONMENT_KEY}.{where.split('.', 1)[1]}", n)
+        for where, n in secret_store.mcp_secret_refs(spec.get(mcp.ENVIRONMENT_KEY))
+    ]
+    if not errors and refs:
         async with sessions(request)() as session:
-            scopes = await secret_store.scopes(session, team_id, names)
+            scopes = await secret_store.scopes(session, team_id, (n for _, n in refs))
         errors += [
-            field_error("secrets", problem)
-            for n in names
+            field_error(where, problem)
+            for where, n in refs
             if (problem := secret_store.run_problem(n, scopes.get(n))) is not None
         ]
     fail_on(errors)

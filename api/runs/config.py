@@ -14,6 +14,8 @@ checked when their definitions applied, and unknown keys in them are dropped on 
 A skill spec is also checked for what the resolver refuses (``..``, absolute paths: the same function,
 :func:`api.runs.skills.parse_skill_spec`); ``harness`` may only choose the ``type`` — the command a worker
 runs is the worker's own, and definitions refuse ``harness.command`` the same way (docs/definitions.md).
+Likewise an MCP server may not name a ``command`` (only an environment defines one, a run references it by
+name) and its URL obeys the outbound address rules: :mod:`api.runs.mcp`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from api.http.bodies import field_error
+from api.runs import mcp
 from api.runs.skills import SkillUnavailable, parse_skill_spec
 
 CONFIG_KEYS = (
@@ -40,8 +43,6 @@ SERVICE_HOSTED = "warp"  # the literal worker_host that means "service-hosted wo
 
 _SHORT_KEYS = {"name": 200, "model_id": 200, "environment_id": 200, "worker_host": 200}
 _SKILL_SPEC = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+:[^\s:][^:]*$")
-_MCP_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-_TRANSPORTS = {"command": ("args", "env"), "url": ("headers",), "warp_id": ()}
 MAX_BASE_PROMPT = 100_000
 MAX_MCP_SERVERS = 50
 
@@ -132,7 +133,7 @@ def _skill_spec_problem(value: str) -> str | None:
 
 
 def validate_mcp_servers(value: Any, *, field: str = "mcp_servers") -> list[dict[str, Any]]:
-    """A map of name -> MCPServerConfig with exactly one transport: command, url or warp_id."""
+    """A map of name -> MCPServerConfig with exactly one transport: url or warp_id (a command is refused)."""
     if value is None:
         return []
     if not isinstance(value, Mapping):
@@ -142,7 +143,7 @@ def validate_mcp_servers(value: Any, *, field: str = "mcp_servers") -> list[dict
     errors: list[dict[str, Any]] = []
     for name, server in value.items():
         where = f"{field}.{name}"
-        if not _MCP_NAME.match(str(name)):
+        if not mcp.SERVER_NAME.match(str(name)):
             errors.append(field_error(where, "server names must match [A-Za-z0-9._-]{1,64}"))
             continue
         errors += _check_mcp_server(server, where)
@@ -151,15 +152,15 @@ def validate_mcp_servers(value: Any, *, field: str = "mcp_servers") -> list[dict
 
 def _check_mcp_server(server: Any, where: str) -> list[dict[str, Any]]:
     if not isinstance(server, Mapping):
-        return [field_error(where, "must be an object: {command, args?, env?} | {url, headers?} | {warp_id}")]
-    present = [t for t in _TRANSPORTS if t in server]
+        return [field_error(where, "must be an object: {url, headers?} | {warp_id}")]
+    if "command" in server:  # the program a worker would start: never the caller's choice
+        return [field_error(f"{where}.{key}", why) for key, why in mcp.server_problems(server)]
+    present = [t for t in mcp.RUN_TRANSPORTS if t in server]
     if len(present) != 1:
         found = ", ".join(present) if present else "none"
-        return [
-            field_error(where, f"exactly one transport of command, url, warp_id is required (found: {found})")
-        ]
+        return [field_error(where, f"exactly one transport of url, warp_id is required (found: {found})")]
     transport = present[0]
-    allowed = {transport, *_TRANSPORTS[transport]}
+    allowed = {transport, *mcp.RUN_TRANSPORTS[transport]}
     errors = [
         field_error(
             f"{where}.{key}",
@@ -175,15 +176,13 @@ def _check_mcp_server(server: Any, where: str) -> list[dict[str, Any]]:
         and not server["url"].startswith(("http://", "https://"))
     ):
         errors.append(field_error(f"{where}.url", "must be an http:// or https:// URL"))
-    args = server.get("args")
-    if args is not None and (not isinstance(args, list) or not all(isinstance(a, str) for a in args)):
-        errors.append(field_error(f"{where}.args", "must be a list of strings"))
-    for key in ("env", "headers"):
-        mapping = server.get(key)
-        if mapping is not None and (
-            not isinstance(mapping, Mapping) or not all(isinstance(v, str) for v in mapping.values())
-        ):
-            errors.append(field_error(f"{where}.{key}", "must be an object of string values"))
+    headers = server.get("headers")
+    if headers is not None and (
+        not isinstance(headers, Mapping) or not all(isinstance(v, str) for v in headers.values())
+    ):
+        errors.append(field_error(f"{where}.headers", "must be an object of string values"))
+    if not errors:  # a well-formed URL the outbound address rules refuse (secret: headers never go there)
+        errors += [field_error(f"{where}.{key}", why) for key, why in mcp.server_problems(server)]
     return errors
 
 

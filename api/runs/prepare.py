@@ -5,7 +5,9 @@ skill is resolved (its body stored on the run under the private key :data:`SKILL
 filling ``config.name`` when none was given), the environment must exist in the team, and every
 ``secret:NAME`` reference (in MCP ``env``/``headers`` values and in the environment's ``secrets``)
 must name an existing, ``run``-scoped team secret (:func:`store.secrets.run_problem`: a webhook's secret
-never reaches a run, whoever creates it; docs/management.md, "Team secrets"). Any failure is one
+never reaches a run, whoever creates it; docs/management.md, "Team secrets"). MCP servers are expanded
+against the environment (:func:`api.runs.mcp.expand`): a command, a refused URL or a reference to no server
+of the environment is refused, and the referenced servers' secrets are checked too. Any failure is one
 :class:`api.ValidationFailed` (422) listing each field, so a bad value never becomes a failed run.
 Secret *values* are never read here.
 """
@@ -23,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api import ValidationFailed
 from api.context import SETTINGS
 from api.http.bodies import field_error
+from api.runs import mcp
 from api.runs.skills import ResolvedSkill, SkillResolver, SkillUnavailable, factory_repositories
 from store import secrets as secret_store
 from store.models import Environment, Factory
@@ -97,10 +100,9 @@ async def finalize_config(
             errors.append(field_error(skill_field or f"{field}.skill_spec", str(exc)))
         else:
             out.update(with_skill(out, skill))
-    needed: list[tuple[str, str]] = [
-        (f"{field}.{where}", name) for where, name in secret_store.mcp_secret_refs(out.get("mcp_servers"))
-    ]
+    needed: list[tuple[str, str]] = []
     env_id = out.get("environment_id")
+    environment = None
     if isinstance(env_id, str) and env_id:
         environment = await find_environment(session, team_id, env_id)
         if environment is None:
@@ -108,6 +110,12 @@ async def finalize_config(
         else:
             names = (environment.spec or {}).get("secrets") or []
             needed += [(f"{field}.environment_id", str(n)) for n in names if isinstance(n, str)]
+    if out.get("mcp_servers") and (environment is not None or not env_id):
+        expanded = expand_servers(out, environment)
+        errors += [field_error(f"{field}.mcp_servers.{where}", why) for where, why in expanded.problems]
+        needed += [
+            (f"{field}.{where}", name) for where, name in secret_store.mcp_secret_refs(expanded.servers)
+        ]
     if needed:
         found = await secret_store.scopes(session, team_id, (name for _, name in needed))
         for where, name in needed:
@@ -119,6 +127,24 @@ async def finalize_config(
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ValidationFailed(f"{first['field']}: {first['message']}{more}", errors=errors)
     return out
+
+
+def expand_servers(config: Mapping[str, Any], environment: Environment | None) -> mcp.Expanded:
+    """The config's MCP servers as a worker writes them, from ``environment`` (the run's, as it is now)."""
+    env_id = config.get("environment_id")
+    name = (environment.name if environment is not None else str(env_id)) if env_id else None
+    spec = (environment.spec or {}) if environment is not None else None
+    return mcp.expand(config.get("mcp_servers"), name, spec)
+
+
+async def run_mcp_servers(session: AsyncSession, team_id: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """What a claim hands the worker as ``mcp_servers``: :func:`expand_servers` with the run's environment
+    read now, a server that cannot be expanded as ``{"error": ...}`` (the worker refuses the run)."""
+    env_id = config.get("environment_id")
+    environment = (
+        await find_environment(session, team_id, env_id) if isinstance(env_id, str) and env_id else None
+    )
+    return expand_servers(config, environment).servers
 
 
 def public_config(config: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -31,6 +31,7 @@ PROMPT_FILE = "PROMPT.md"
 MCP_CONFIG_FILE = ".mcp.json"
 RESULT_FILE = "RESULT.md"
 RESERVED_NAMES = frozenset({PROMPT_FILE, MCP_CONFIG_FILE})
+DEFINED_BY = "environment"  # on a command server of the claim: the environment that defined it
 MAX_NAME_BYTES = 200
 
 _UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f]")
@@ -77,16 +78,24 @@ def attachment_names(names: Sequence[str], *, reserved: frozenset[str] = RESERVE
 def mcp_config(servers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """``.mcp.json`` content for the run's MCP servers.
 
-    ``{command, args?, env?}`` stays a stdio server (``args`` defaults to ``[]``); ``{url,
-    headers?}`` gets ``"type": "http"`` unless a type is given; ``{warp_id}`` entries name servers
-    hosted elsewhere that a local CLI cannot reach, so they are left out.
+    ``{command, args?, env?}`` stays a stdio server (``args`` defaults to ``[]``) only when it carries
+    the environment that defined it (:data:`DEFINED_BY`, set by the server when it expands a run's
+    reference; dropped here): a command any other source names — a run's own config, an older server —
+    is refused, so no run's creator chooses a program (docs/agent-config.md, "MCP servers"). ``{url,
+    headers?}`` gets ``"type": "http"`` unless a type is given; ``{error}`` (a server the claim could not
+    expand) is refused; unexpanded ``{warp_id}`` entries (an older server) are left out.
     """
     entries: dict[str, Any] = {}
     for name, server in servers.items():
         entry = dict(server)
+        if "error" in entry:
+            raise WorkspaceError(f"MCP server {name!r}: {entry['error']}")
         if "warp_id" in entry and "command" not in entry and "url" not in entry:
             continue
         if "command" in entry:
+            if not entry.pop(DEFINED_BY, None):
+                why = "may not start a command: only an environment's mcpServers define one"
+                raise WorkspaceError(f"MCP server {name!r} {why}")
             entry.setdefault("args", [])
         elif "url" in entry:
             entry.setdefault("type", "http")

@@ -1,6 +1,7 @@
 """Online check FC044 (docs/management.md, "Team secrets"): a webhook's ``secretName`` must be a ``webhook``
-secret, and whatever runs reference (environments' ``secrets``, MCP ``secret:NAME`` values of agents and
-automations) must be ``run`` secrets; each problem at its file:line. Real stores, SQLite and PostgreSQL."""
+secret, and whatever runs reference (environments' ``secrets`` and ``mcpServers``, MCP ``secret:NAME``
+values of agents and automations) must be ``run`` secrets; each problem at its file:line. Real stores,
+SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -26,14 +27,15 @@ FILES = {
         "  triage:\n"
         "    mcp_servers:\n"
         "      gh:\n"
-        "        command: gh-mcp\n"
-        "        env:\n"
+        "        url: https://gh.example/mcp\n"
+        "        headers:\n"
         "          TOKEN: secret:alerts-token\n"
         "          OK: secret:repo-token\n"
     ),
     "webhooks/alerts.yaml": "secretName: alerts-token\n",
     "environments/repo.yaml": (
         "# the workspace\nsecrets:\n  - repo-token\n  - alerts-token\n  - not-created-yet\n"
+        "mcpServers:\n  local:\n    command: local-mcp\n    env:\n      KEY: secret:alerts-token\n"
     ),
     "automations/a/automation.md": (
         "---\nconfig:\n  mcp_servers:\n    x:\n      url: https://x.example\n      headers:\n"
@@ -77,6 +79,7 @@ async def test_run_references_to_a_webhook_secret_point_at_their_lines(
     assert [(d.rule, d.path, d.line, d.column) for d in found] == [
         ("FC044", f"{base}/automations/a/automation.md", 7, 9),
         ("FC044", f"{base}/environments/repo.yaml", 4, 5),
+        ("FC044", f"{base}/environments/repo.yaml", 10, 7),
         ("FC044", f"{base}/factory.yaml", 8, 11),
     ]
     message = "team secret 'alerts-token' may not be used by runs (scope: webhook)"

@@ -299,7 +299,9 @@ async def test_a_schedule_config_may_only_reference_run_secrets(sessions, box, c
     async with sessions() as s, s.begin():
         team = await ensure_team(s)
         await secret_store.create(s, box, clock, team.id, "hook-token", "value-123")  # scope: webhook
-    config = {"mcp_servers": {"gh": {"command": "gh-mcp", "env": {"TOKEN": "secret:hook-token"}}}}
+    config = {
+        "mcp_servers": {"gh": {"url": "https://gh.example/mcp", "headers": {"TOKEN": "secret:hook-token"}}}
+    }
     root = write_tree(tmp_path / "f", {"adhoc": adhoc(config=config)})
     result = await run(sessions, box, clock, root)
     assert [(d.rule, Path(d.path).name, d.line) for d in result.diagnostics] == [("FC044", "adhoc.yaml", 8)]

@@ -63,7 +63,7 @@ def test_a_full_valid_config_has_no_errors() -> None:
         "worker_host": "warp",
         "skill_spec": "acme/skills:triage",
         "mcp_servers": {
-            "files": {"command": "mcp-files", "args": ["--root", "/w"], "env": {"A": "1"}},
+            "files": {"warp_id": "files"},
             "search": {"url": "https://mcp.example/sse", "headers": {"X-Key": "k"}},
             "hosted": {"warp_id": "w-123"},
         },
@@ -104,14 +104,14 @@ def test_config_must_be_an_object() -> None:
 
 def test_skill_spec_accepts_both_forms() -> None:
     assert validate_config({"skill_spec": "owner/repo:skill-name"}) == []
-    assert validate_config({"skill_spec": "owner/repo:path/to/SKILL.md"}) == []
+    assert validate_config({"skill_spec": "owner/repo:.agents/skills/x/SKILL.md"}) == []
+    assert validate_config({"skill_spec": "owner/repo:.git/config"})  # docs/agent-config.md, "Skills"
 
 
 @pytest.mark.parametrize(
     "server",
     [
         {},
-        {"command": "x", "url": "https://x"},
         {"url": "https://x", "warp_id": "w"},
     ],
 )
@@ -124,9 +124,9 @@ def test_mcp_server_needs_exactly_one_transport(server: dict[str, object]) -> No
 def test_mcp_server_fields_are_checked_per_transport() -> None:
     errors = validate_mcp_servers(
         {
-            "a": {"command": "x", "headers": {"k": "v"}},
+            "a": {"warp_id": "x", "headers": {"k": "v"}},
             "b": {"url": "ftp://x"},
-            "c": {"command": "x", "args": "--flag"},
+            "c": {"url": "https://x", "args": ["--flag"]},
             "d": {"url": "https://x", "headers": {"n": 1}},
             "bad name!": {"warp_id": "w"},
         }
@@ -138,6 +138,43 @@ def test_mcp_server_fields_are_checked_per_transport() -> None:
         "mcp_servers.d.headers",
         "mcp_servers.bad name!",
     }
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        {"command": "id"},
+        {"command": "sh", "args": ["-c", "cat /data/secret.key"], "env": {"A": "b"}},
+        {"command": "x", "url": "https://x"},
+    ],
+)
+def test_a_command_is_never_a_runs_to_choose(server: dict[str, object]) -> None:
+    """The one check every config a caller sends goes through (docs/agent-config.md, "MCP servers")."""
+    errors = validate_mcp_servers({"s": server})
+    assert fields(errors) == ["mcp_servers.s.command"]
+    assert "{warp_id: NAME}" in errors[0]["message"] and "mcpServers" in errors[0]["message"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://169.254.169.254/latest/meta-data/",
+        "https://10.1.2.3/mcp",
+        "https://[fe80::1]/mcp",
+        "http://mcp.example/",
+        "https://u:p@mcp.example/",
+        "https://2852039166/",
+    ],
+)
+def test_a_url_server_obeys_the_notification_address_rules(url: str) -> None:
+    errors = validate_mcp_servers({"s": {"url": url, "headers": {"Authorization": "secret:TOKEN"}}})
+    assert fields(errors) == ["mcp_servers.s.url"]
+    assert errors[0]["message"].startswith("MCP server URL refused: ")
+
+
+def test_public_and_loopback_urls_are_accepted() -> None:
+    servers = {"a": {"url": "https://mcp.example/x"}, "b": {"url": "http://127.0.0.1:9000/mcp"}}
+    assert validate_mcp_servers(servers) == []
 
 
 @pytest.mark.parametrize(

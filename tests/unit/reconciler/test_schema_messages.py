@@ -37,8 +37,7 @@ def test_unknown_schema_name() -> None:
 
 def test_agent_config_is_shared_by_factory_agents_and_automation_config() -> None:
     agent = (
-        "model_id: m\nmcp_servers:\n  gh: {url: 'https://x/mcp', headers: {A: b}}\n"
-        "  local: {command: srv, args: [a]}\n"
+        "model_id: m\nmcp_servers:\n  gh: {url: 'https://x/mcp', headers: {A: b}}\n  local: {warp_id: srv}\n"
     )
     assert (
         messages(
@@ -86,9 +85,20 @@ def test_agent_config_is_shared_by_factory_agents_and_automation_config() -> Non
         ("automation", "triggers: {}\n", "'triggers' must be a list, got mapping"),
         (
             "automation",
-            "config:\n  mcp_servers:\n    x: {command: a, warp_id: b}\n",
-            "'config.mcp_servers.x': an MCP server needs exactly one transport: "
-            "{command, args?, env?}, {url, headers?} or {warp_id}",
+            "config:\n  mcp_servers:\n    x: {url: 'https://x', warp_id: b}\n",
+            "'config.mcp_servers.x': an MCP server needs exactly one transport: {url, headers?} or {warp_id}",
+        ),
+        (
+            "automation",
+            "config:\n  mcp_servers:\n    x: {command: id}\n",
+            "a run may not start a command: define the stdio MCP server under mcpServers in "
+            "environments/<name>.yaml and reference it here as {warp_id: NAME} (with that environment_id)",
+        ),
+        (
+            "environment",
+            "mcpServers:\n  gh: {command: gh-mcp, url: 'https://x'}\n",
+            "'mcpServers.gh': an MCP server needs exactly one transport: {command, args?, env?} or "
+            "{url, headers?}",
         ),
         (
             "automation",

@@ -213,7 +213,7 @@ def test_read_only_leftovers_are_removed(tmp_path: Path) -> None:
 
 def test_mcp_servers_are_written_as_mcp_json(tmp_path: Path) -> None:
     servers = {
-        "fs": {"command": "mcp-fs", "env": {"ROOT": "/"}},
+        "fs": {"command": "mcp-fs", "env": {"ROOT": "/"}, "environment": "backend"},  # as a claim expands it
         "docs": {"url": "https://mcp.example/docs", "headers": {"Authorization": "Bearer t0ken"}},
         "events": {"url": "https://mcp.example/sse", "type": "sse"},
         "hosted": {"warp_id": "abc123"},
@@ -232,6 +232,24 @@ def test_mcp_servers_are_written_as_mcp_json(tmp_path: Path) -> None:
                 "events": {"type": "sse", "url": "https://mcp.example/sse"},
             }
         }
+
+
+@pytest.mark.parametrize(
+    ("server", "needle"),
+    [
+        ({"command": "id"}, "may not start a command"),  # a run's own config, or an older server's claim
+        ({"command": "id", "environment": ""}, "may not start a command"),
+        ({"error": "environment 'backend' defines no MCP server 'gh'"}, "defines no MCP server 'gh'"),
+    ],
+)
+def test_a_command_no_environment_defined_is_never_written(
+    tmp_path: Path, server: dict[str, Any], needle: str
+) -> None:
+    """Defence in depth (docs/agent-config.md, "MCP servers"): whatever the claim says, the worker writes a
+    command only when the server expanded it from an environment's mcpServers."""
+    with pytest.raises(WorkspaceError, match=needle):
+        create_workspace(tmp_path, make_job(mcp_servers={"x": server}))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_mcp_server_without_a_transport_is_refused_and_nothing_is_left(tmp_path: Path) -> None:
