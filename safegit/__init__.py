@@ -9,12 +9,13 @@ Exception tree::
     GitError
     ├── UnsafeLocation    a URL, path, ref or branch refused before git runs (also a ValueError)
     └── GitFailed         git ran and exited non-zero (``detail``: its most useful stderr line)
-        └── GitTimeout    git outlived its deadline and was killed with its process group
+        ├── GitTimeout    git outlived its deadline and was killed with its process group
+        └── GitTooLarge   what git wrote grew past the caller's byte limit; git was killed the same way
 """
 
 from __future__ import annotations
 
-from safegit.errors import GitError, GitFailed, GitTimeout, UnsafeLocation, redact_credentials
+from safegit.errors import GitError, GitFailed, GitTimeout, GitTooLarge, UnsafeLocation, redact_credentials
 from safegit.locations import (
     ENVIRONMENT_REPOS,
     GIT_SOURCE,
@@ -23,13 +24,14 @@ from safegit.locations import (
     TRANSPORTS,
     Policy,
     check_branch,
+    check_filter,
     check_location,
     check_ref,
     display_url,
     repository_problems,
     transport_of,
 )
-from safegit.runner import DEFAULT_TIMEOUT, checkout, clone, fetch, init_bare, reset_hard, run
+from safegit.runner import DEFAULT_TIMEOUT, checkout, clone, fetch, init_bare, reset_hard, run, tree_bytes
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -41,9 +43,11 @@ __all__ = [
     "GitError",
     "GitFailed",
     "GitTimeout",
+    "GitTooLarge",
     "Policy",
     "UnsafeLocation",
     "check_branch",
+    "check_filter",
     "check_location",
     "check_ref",
     "checkout",
@@ -56,4 +60,5 @@ __all__ = [
     "reset_hard",
     "run",
     "transport_of",
+    "tree_bytes",
 ]

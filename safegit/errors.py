@@ -33,6 +33,14 @@ class GitFailed(GitError):
         super().__init__(f"git {command} failed (exit {returncode}): {self.detail}")
 
 
+class GitTooLarge(GitFailed):
+    """What git wrote grew past the caller's byte limit; git was killed with every process it started."""
+
+    def __init__(self, command: str, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        super().__init__(command, -9, f"fatal: the repository is larger than {max_bytes} bytes")
+
+
 class GitTimeout(GitFailed):
     """git outlived its deadline and was killed (with every process it started)."""
 

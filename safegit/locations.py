@@ -30,6 +30,7 @@ _HELPER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9+.-]*)::")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*$")
 _BAD_REF_PART = re.compile(r"(^|/)\.|\.\.|@\{|\.lock(/|$)|//|/$|\.$")
 _BAD_REF_CHARS = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+_FILTER = re.compile(r"^(blob:none|blob:limit=[0-9]{1,12}[kmg]?|tree:[0-9]{1,3})$")
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,13 @@ def check_ref(ref: str) -> str:
     """A ref to check out (branch, tag or commit); refused when git could read it as an option."""
     _plain(ref, "ref")
     return ref
+
+
+def check_filter(spec: str) -> str:
+    """A partial-clone ``--filter`` spec (``blob:none``, ``blob:limit=<n>[kmg]``, ``tree:<depth>``)."""
+    if not _FILTER.match(spec):
+        raise UnsafeLocation(f"filter {spec!r} is not one of blob:none, blob:limit=<n>[kmg] or tree:<depth>")
+    return spec
 
 
 def repository_problems(repos: object) -> list[tuple[int, str, str]]:

@@ -14,7 +14,9 @@ Every git process gets the same hardening, whoever starts it:
   ``GIT_PROTOCOL_FROM_USER=0``, ``LC_ALL=C`` (messages the callers recognise), and none of the ``GIT_*``
   variables that redirect git to another repository or inject configuration (``GIT_DIR``,
   ``GIT_CONFIG_PARAMETERS``...) — only ssh, TLS, HTTP, tracing and global-config settings are kept;
-- a deadline: git runs in its own process group, killed whole (ssh, remote helpers) when it expires.
+- a deadline: git runs in its own process group, killed whole (ssh, remote helpers) when it expires;
+- optionally a size cap (``watch``/``max_bytes``): the directory git writes is measured while it runs and
+  once more when it exits, and git is killed the same way as soon as it is larger (:class:`GitTooLarge`).
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from safegit.errors import GitFailed, GitTimeout
-from safegit.locations import NO_TRANSPORT, Policy, check_location, check_ref
+from safegit.errors import GitFailed, GitTimeout, GitTooLarge
+from safegit.locations import NO_TRANSPORT, Policy, check_filter, check_location, check_ref
 
 DEFAULT_TIMEOUT = 120.0
 HARDENING = (
@@ -49,6 +52,7 @@ _KEPT_GIT_VARIABLES = (
     "GIT_CONFIG_NOSYSTEM",
 )
 _DROPPED = ("GIT_ASKPASS", "SSH_ASKPASS")
+WATCH_INTERVAL = 0.05  # seconds between two measurements of a size-capped directory
 
 
 def environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -74,8 +78,11 @@ def run(
     policy: Policy = NO_TRANSPORT,
     timeout: float = DEFAULT_TIMEOUT,
     stdin: bytes | None = None,
+    watch: Path | None = None,
+    max_bytes: int | None = None,
 ) -> bytes:
-    """Run ``git ARGS`` and return its stdout; raises :class:`GitFailed` (or :class:`GitTimeout`).
+    """Run ``git ARGS`` and return its stdout; raises :class:`GitFailed` (or :class:`GitTimeout`, or
+    :class:`GitTooLarge` when ``watch`` grows past ``max_bytes`` while git runs or when it is done).
 
     ``args`` must come from the caller's code or have been checked: URLs, paths and refs from
     outside go through :func:`clone`, :func:`fetch` and :func:`checkout`, which check them and put
@@ -94,6 +101,10 @@ def run(
         )
     except OSError as exc:
         raise GitFailed(name, 127, f"fatal: cannot run git: {exc.strerror or exc}") from exc
+    cap = (watch, max_bytes) if watch is not None and max_bytes is not None else None
+    over, done = threading.Event(), threading.Event()
+    if cap is not None:
+        threading.Thread(target=_cap, args=(proc, *cap, over, done), daemon=True).start()
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -102,9 +113,35 @@ def run(
     except BaseException:
         _kill(proc)
         raise
+    finally:
+        done.set()
+    if cap is not None and (over.is_set() or tree_bytes(cap[0]) > cap[1]):
+        raise GitTooLarge(name, cap[1])
     if proc.returncode != 0:
         raise GitFailed(name, proc.returncode, err.decode("utf-8", errors="replace"))
     return out
+
+
+def tree_bytes(path: Path) -> int:
+    """The bytes of the files under ``path`` (0 when it does not exist; files that vanish are skipped)."""
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
+
+
+def _cap(
+    proc: subprocess.Popen[bytes], path: Path, max_bytes: int, over: threading.Event, done: threading.Event
+) -> None:
+    """Kill git's process group as soon as ``path`` holds more than ``max_bytes`` (run in a thread)."""
+    while not done.wait(WATCH_INTERVAL):
+        if tree_bytes(path) > max_bytes:
+            over.set()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            return
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -121,11 +158,31 @@ def clone(
     timeout: float = DEFAULT_TIMEOUT,
     depth: int | None = None,
     cwd: Path | None = None,
+    filter: str | None = None,
+    no_checkout: bool = False,
+    no_local: bool = False,
+    max_bytes: int | None = None,
 ) -> None:
-    """``git clone -- URL DEST`` after checking ``url`` against ``policy``."""
+    """``git clone -- URL DEST`` after checking ``url`` against ``policy``.
+
+    ``filter`` makes a partial clone (:func:`safegit.check_filter`; a server without filter support
+    sends everything), ``no_local`` makes a local path go through the transport (so ``depth`` and
+    ``filter`` apply, and nothing is hard-linked), ``max_bytes`` aborts the clone when ``DEST`` grows
+    larger (:class:`GitTooLarge`)."""
     check_location(url, policy)
-    shallow = ["--depth", str(int(depth))] if depth else []
-    run(["clone", "--quiet", *shallow, "--", url, str(dest)], cwd=cwd, policy=policy, timeout=timeout)
+    options = ["--depth", str(int(depth))] if depth else []
+    if filter is not None:
+        options.append(f"--filter={check_filter(filter)}")
+    options += ["--no-checkout"] if no_checkout else []
+    options += ["--no-local"] if no_local else []
+    run(
+        ["clone", "--quiet", *options, "--", url, str(dest)],
+        cwd=cwd,
+        policy=policy,
+        timeout=timeout,
+        watch=dest if cwd is None or dest.is_absolute() else cwd / dest,
+        max_bytes=max_bytes,
+    )
 
 
 def fetch(
