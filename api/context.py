@@ -31,6 +31,11 @@ class ServerSettings:
     claim_wait_max_seconds: float = 30.0
     max_attachment_bytes: int = 1_048_576
     skills_source: str | None = None
+    # The skills clone cache (docs/agent-config.md, "Skill repositories and the clone cache").
+    skills_cache_max_bytes: int = 512 * 1024 * 1024
+    skills_cache_max_entries: int = 64
+    skills_clone_max_bytes: int = 64 * 1024 * 1024
+    skills_failure_seconds: float = 60.0
 
     @property
     def base_url(self) -> str:

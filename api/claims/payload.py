@@ -135,7 +135,7 @@ def skill_resolver(app: web.Application) -> SkillResolver:
     resolver = app.get(SKILLS)
     if resolver is None:
         settings = app[SETTINGS]
-        resolver = SkillResolver(settings.skills_source, settings.data_dir / "skills-cache")
+        resolver = SkillResolver.from_settings(settings)
     return resolver
 
 

@@ -38,7 +38,7 @@ def install_resolver(app: web.Application) -> SkillResolver:
     """Create the app's skill resolver from its settings (once, at setup)."""
     if SKILLS not in app:
         settings = app[SETTINGS]
-        app[SKILLS] = SkillResolver(settings.skills_source, settings.data_dir / "skills-cache")
+        app[SKILLS] = SkillResolver.from_settings(settings)
     return app[SKILLS]
 
 
@@ -92,14 +92,6 @@ async def finalize_config(
     """Resolve the skill and check environment and secret references; raises ValidationFailed (422)."""
     out = dict(config)
     errors: list[dict[str, Any]] = []
-    spec = out.get("skill_spec")
-    if isinstance(spec, str) and spec:
-        try:
-            skill = await resolve_skill(session, resolver, team_id, spec)
-        except SkillUnavailable as exc:
-            errors.append(field_error(skill_field or f"{field}.skill_spec", str(exc)))
-        else:
-            out.update(with_skill(out, skill))
     needed: list[tuple[str, str]] = []
     env_id = out.get("environment_id")
     environment = None
@@ -122,6 +114,14 @@ async def finalize_config(
             problem = secret_store.run_problem(name, found.get(name))
             if problem is not None:
                 errors.append(field_error(where, problem))
+    spec = out.get("skill_spec")
+    if isinstance(spec, str) and spec and not errors:  # last: a run refused anyway clones nothing
+        try:
+            skill = await resolve_skill(session, resolver, team_id, spec)
+        except SkillUnavailable as exc:
+            errors.append(field_error(skill_field or f"{field}.skill_spec", str(exc)))
+        else:
+            out.update(with_skill(out, skill))
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""

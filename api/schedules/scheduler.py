@@ -82,9 +82,7 @@ def schedule_scheduler(interval_seconds: float = DEFAULT_INTERVAL_SECONDS) -> Li
         nonlocal resolver
         if resolver is None:  # the runs routes install one; an app without them gets its own
             settings = app[SETTINGS]
-            resolver = app.get(SKILLS) or SkillResolver(
-                settings.skills_source, settings.data_dir / "skills-cache"
-            )
+            resolver = app.get(SKILLS) or SkillResolver.from_settings(settings)
         return await fire_due(app[SESSIONS], app[CLOCK], resolver, queued=lambda: runs_queued(app))
 
     return periodic("scheduler", interval_seconds, tick, log=log)

@@ -70,6 +70,10 @@ class ServeOptions:
             delivery_retention_days=pick(args.delivery_retention_days, "DELIVERY_RETENTION_DAYS", 7, int),
             delivery_retention_count=pick(args.delivery_retention_count, "DELIVERY_RETENTION_COUNT", 50, int),
             skills_source=pick(args.skills_source, "SKILLS_SOURCE", None),
+            skills_cache_max_bytes=pick(None, "SKILLS_CACHE_MAX_BYTES", 512 * 1024 * 1024, int),
+            skills_cache_max_entries=pick(None, "SKILLS_CACHE_MAX_ENTRIES", 64, int),
+            skills_clone_max_bytes=pick(None, "SKILLS_CLONE_MAX_BYTES", 64 * 1024 * 1024, int),
+            skills_failure_seconds=pick(None, "SKILLS_FAILURE_SECONDS", 60.0, float),
         )
         for name in (
             "delivery_rate_limit",

@@ -89,7 +89,7 @@ async def ctx(
     tmp_path: Path,
 ) -> Ctx:
     repos = tmp_path / "git"
-    commit(repos / "acme" / "skills", {"skills/triage/SKILL.md": SKILL_MD, "tools/x/SKILL.md": "tool body\n"})
+    commit(repos / "acme" / "skills", {"skills/triage/SKILL.md": SKILL_MD, "x/SKILL.md": "tool body\n"})
     commit(repos / "acme" / "app", {"README.md": "app\n", "src/main.py": "print(1)\n"})
     dumps = tmp_path / "dumps"
     dumps.mkdir()

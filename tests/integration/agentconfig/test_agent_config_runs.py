@@ -75,7 +75,7 @@ async def test_done_when_the_harness_receives_exactly_the_documented_workspace(c
 
 async def test_skill_by_path_and_explicit_name_wins(ctx: Ctx) -> None:
     created = await ctx.create(
-        {"prompt": "go", "config": {"skill_spec": "acme/skills:tools/x/SKILL.md", "name": "mine"}}
+        {"prompt": "go", "config": {"skill_spec": "acme/skills:x/SKILL.md", "name": "mine"}}
     )
     run = await ctx.finished(created["run_id"])
     assert run["agent_config"]["name"] == "mine"

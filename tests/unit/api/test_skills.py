@@ -35,8 +35,8 @@ def make_repo(path: Path, files: dict[str, str]) -> git.Repo:
 def test_spec_forms() -> None:
     ref = parse_skill_spec("acme/skills:triage")
     assert (ref.owner, ref.repo, ref.skill, ref.path) == ("acme", "skills", "triage", None)
-    ref = parse_skill_spec("acme/skills:tools/review/SKILL.md")
-    assert ref.path == "tools/review/SKILL.md" and ref.skill is None
+    ref = parse_skill_spec("acme/skills:.warp/skills/review/SKILL.md")
+    assert ref.path == ".warp/skills/review/SKILL.md" and ref.skill is None
 
 
 @pytest.mark.parametrize(
