@@ -66,7 +66,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def release(workdir: Path) -> Path:
     """Runs of the service-hosted worker print a line, then wait until this file exists."""
-    return workdir / "release"
+    gate = workdir / "gate"  # shown read-only in the worker's sandbox (serve --sandbox-ro)
+    gate.mkdir(exist_ok=True)
+    return gate / "release"
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +84,7 @@ def served(workdir: Path, release: Path) -> Iterator[Served]:
     command = (
         f"cat >/dev/null; echo started-live; while [ ! -e {wait} ]; do sleep 0.05; done; echo released-live"
     )
-    args = ("--repo", root, "--harness", "command", "--command", command)
+    args = ("--repo", root, "--harness", "command", "--command", command, "--sandbox-ro", release.parent)
     with serving(data, *args, workers=1, env=ENV) as server:
         try:
             yield server

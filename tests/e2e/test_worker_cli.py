@@ -77,7 +77,9 @@ def test_self_hosted_worker_executes_a_run_routed_to_its_host(served: Served, tm
 
 
 def test_a_run_outcome_outlives_a_server_restart(served: Served, tmp_path: Path) -> None:
-    release = tmp_path / "release"
+    gate = tmp_path / "gate"  # the command runs in the worker's sandbox: this directory is shown to it
+    gate.mkdir()
+    release = gate / "release"
     run_id = create_run(served, "before the restart")
     worker_log = tmp_path / "worker.log"
     try:
@@ -85,7 +87,7 @@ def test_a_run_outcome_outlives_a_server_restart(served: Served, tmp_path: Path)
             served.url,
             worker_key(served),
             worker_log,
-            *("--harness", "command", "--workspace-root", str(tmp_path / "ws")),
+            *("--harness", "command", "--workspace-root", str(tmp_path / "ws"), "--sandbox-ro", str(gate)),
             *("--command", f"cat; echo; while [ ! -e {release} ]; do sleep 0.05; done"),
         ) as proc:
             wait_for(
