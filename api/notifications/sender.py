@@ -7,6 +7,13 @@ middle of an attempt leaves the message due again when the lease runs out: it is
 the same ``webhook-id`` (receivers de-duplicate on it). A result is written only by the claim that made
 the attempt (the token fences out a stale one); the attempt itself is always recorded.
 
+Every claimed message ends its turn as a recorded attempt, whatever happened (docs/notifications.md,
+"Retries"): an attempt task that raised — a resolver raising on a URL written before a rule, any bug —
+is recorded as a failed attempt by :meth:`Sender.step`, the one place every attempt's end goes through, so
+it counts toward the schedule, the ``failing`` mark and ``consecutive_failures`` like any other failure;
+a signing secret the key cannot decrypt fails its attempts rather than rolling the claim back; and text
+is made storable (PostgreSQL refuses NUL in text). Nothing is left to be re-claimed at every lease.
+
 One loop per replica owns the database work — write finished results, fan out new events, claim as many
 messages as there is room for — while up to ``max_in_flight`` attempts run as tasks that only do HTTP.
 """
@@ -27,9 +34,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.ingress import signatures
 from api.notifications import fanout, policy
+from api.notifications.transport import FAILED as ATTEMPT_FAILED
 from api.notifications.transport import SUCCEEDED, Outcome, Transport
 from api.problems import store_unavailable
-from store import NotFound, ids
+from store import NotFound, SecretKeyError, ids
 from store import secrets as secret_store
 from store.clock import Clock
 from store.crypto import SecretBox
@@ -39,6 +47,8 @@ log = logging.getLogger("factoryctl.notifications")
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 SCHEME: Final = "standard_webhooks"
+INTERNAL_ERROR: Final = "internal error during the attempt"
+MAX_TEXT: Final = 500  # characters of an answer or an error kept with an attempt
 _MESSAGES: Table = NotificationMessage.__table__  # type: ignore[assignment]
 _ATTEMPTS: Table = NotificationAttempt.__table__  # type: ignore[assignment]
 
@@ -124,7 +134,8 @@ async def signing_secrets(
     session: AsyncSession, box: SecretBox, claimed: Sequence[Claimed]
 ) -> dict[tuple[str, str], str | None]:
     """The current value of each (team, secret name) the claimed messages are signed with; None when it
-    is gone or is no longer a ``webhook`` secret (a run-readable value must never sign)."""
+    is gone, is no longer a ``webhook`` secret (a run-readable value must never sign) or cannot be
+    decrypted with the configured key (raising here would roll back the claim and make it again at once)."""
     out: dict[tuple[str, str], str | None] = {}
     wanted = {(c.team_id, c.secret_name) for c in claimed}
     for team_id in {team for team, _ in wanted}:
@@ -134,8 +145,12 @@ async def signing_secrets(
             out[team_id, name] = None
             if found.get(name) != secret_store.WEBHOOK:
                 continue
-            with contextlib.suppress(NotFound):
+            try:
                 out[team_id, name], _ = await secret_store.reveal(session, box, team_id, name)
+            except NotFound:
+                pass
+            except SecretKeyError:
+                log.error("notification signing secret %r of team %s cannot be decrypted", name, team_id)
     return out
 
 
@@ -145,12 +160,17 @@ async def attempt(transport: Transport, message: Claimed, secret: str | None, cl
     body = message.payload.encode("utf-8")
     if secret is None or not signatures.standard_webhooks_secret_ok(secret):
         error = (
-            f"team secret {message.secret_name!r} is missing, not webhook-scoped,"
-            " or not a Standard Webhooks secret (whsec_ + base64)"
+            f"team secret {message.secret_name!r} is missing, not webhook-scoped, cannot be decrypted"
+            " with the server's key, or is not a Standard Webhooks secret (whsec_ + base64)"
         )
         return Result(message, Outcome("failed", 0, error=error), started_at)
     headers = signatures.sign(SCHEME, secret, body, started_at, message.id)
     return Result(message, await transport.post(message.url, body, headers), started_at)
+
+
+def _text(value: str | None) -> str | None:
+    """``value`` as a text column takes it: no NUL (PostgreSQL refuses it), at most :data:`MAX_TEXT`."""
+    return value.replace("\x00", "\ufffd")[:MAX_TEXT] if value else None
 
 
 def _decision(
@@ -191,8 +211,8 @@ async def record(
                 "duration_ms": o.duration_ms,
                 "outcome": o.outcome,
                 "response_status": o.status,
-                "response_excerpt": o.excerpt[:500] if o.excerpt else None,
-                "error": o.error[:500] if o.error else None,
+                "response_excerpt": _text(o.excerpt),
+                "error": _text(o.error),
                 "next_attempt_at": next_at,
             }
         )
@@ -205,7 +225,7 @@ async def record(
                 "b_attempts": r.message.attempts + 1,
                 "b_at": r.started_at,
                 "b_code": o.status,
-                "b_error": o.error[:500] if o.error else None,
+                "b_error": _text(o.error),
                 "b_delivered": now if status == DELIVERED else None,
             }
         )
@@ -287,7 +307,8 @@ class Sender:
         self.sessions, self.clock, self.box = sessions, clock, box
         self.transport, self.settings = transport, settings
         self.wakeup = asyncio.Event()
-        self._running: set[asyncio.Task[Result]] = set()
+        # each attempt in flight, with the message it attempts and when it started
+        self._running: dict[asyncio.Task[Result], tuple[Claimed, dt.datetime]] = {}
         self._fanned_at = float("-inf")
 
     def wake(self) -> None:
@@ -295,12 +316,7 @@ class Sender:
 
     async def step(self) -> int:
         """Write finished results, fan out, claim into the free room; returns how many attempts started."""
-        done = [t for t in self._running if t.done()]
-        self._running.difference_update(done)
-        results = [t.result() for t in done if not t.cancelled() and t.exception() is None]
-        for t in done:
-            if not t.cancelled() and t.exception() is not None:
-                log.error("notification attempt crashed", exc_info=t.exception())
+        results = self._finished()
         if results:
             async with self.sessions() as session, session.begin():
                 await record(session, self.clock, self.settings, results)
@@ -319,8 +335,25 @@ class Sender:
         for message in claimed:
             secret = secrets[message.team_id, message.secret_name]
             task = asyncio.create_task(attempt(self.transport, message, secret, self.clock))
-            self._running.add(task)
+            self._running[task] = (message, self.clock.now())
         return len(claimed)
+
+    def _finished(self) -> list[Result]:
+        """The results of the attempts that ended. One that raised (or was cancelled under the loop) is a
+        failed attempt like any other: recorded, counted toward the schedule, its claim released."""
+        out = []
+        for task in [t for t in self._running if t.done()]:
+            message, started_at = self._running.pop(task)
+            error = None if task.cancelled() else task.exception()
+            if not task.cancelled() and error is None:
+                out.append(task.result())
+                continue
+            log.error("notification attempt of %s crashed", message.id, exc_info=error)
+            ms = max(int((self.clock.now() - started_at).total_seconds() * 1000), 0)
+            what = "cancelled" if error is None else type(error).__name__
+            outcome = Outcome(ATTEMPT_FAILED, ms, error=f"{INTERNAL_ERROR} ({what})")
+            out.append(Result(message, outcome, started_at))
+        return out
 
     async def run(self) -> None:
         try:
