@@ -280,5 +280,6 @@ def service_workers(
                 log.warning("service-hosted workers: no sandbox (%s); runs that need one will fail", problem)
             sandbox=confine,
             sandbox_required=True,
+            guarded=(settings.data_dir, *guarded),
             if scratch is not None:
                 await asyncio.to_thread(shutil.rmtree, scratch, True)

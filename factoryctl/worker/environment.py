@@ -27,9 +27,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import safegit
 from factoryctl.worker import EnvironmentSetupFailed, InvalidClaim
@@ -61,13 +62,15 @@ async def prepare_environment(
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     on_output: OutputCallback | None = None,
     sandbox: Sandbox | None = None,
+    guarded: Sequence[Path] = (),
 ) -> list[Path]:
     """Clone the repositories and run the setup commands; returns the cloned directories.
 
     ``base_env`` is the variables setup commands start from (None inherits this process's
     environment). Output goes to ``on_output``: ``system`` for progress lines, ``stdout`` for the
     setup commands' combined stdout and stderr. ``sandbox`` confines the setup commands (None: they
-    run on the worker's host).
+    run on the worker's host). A local repository (path or ``file://``) inside ``guarded`` (the
+    server's data directory) is refused: the clone would copy it into the run's reach.
     """
     try:
         spec = parse_environment(environment)
@@ -94,7 +97,7 @@ async def prepare_environment(
         dest = repo_destination(workspace, url, repo.get("path"))
         await emit("system", f"cloning {shown} into {dest.relative_to(workspace)}")
         try:
-            await asyncio.to_thread(_clone, url, dest, ref, workspace, remaining())
+            await asyncio.to_thread(_clone, url, dest, ref, workspace, remaining(), guarded)
         except (safegit.GitError, OSError) as exc:
             tail.add(str(exc))
             raise EnvironmentSetupFailed(redact(f"cannot clone {shown}", secrets), tail.text()) from exc
@@ -142,11 +145,17 @@ def _repo_name(url: str) -> str:
     return safe_file_name(last.removesuffix(".git"), fallback="repo")
 
 
-def _clone(url: str, dest: Path, ref: str | None, cwd: Path, timeout: float) -> None:
+def _clone(url: str, dest: Path, ref: str | None, cwd: Path, timeout: float, guarded: Sequence[Path]) -> None:
     """Blocking clone (run in a thread); git is killed if it outlives ``timeout``."""
     if ref is not None:
         safegit.check_ref(ref)
-    safegit.check_location(url, safegit.ENVIRONMENT_REPOS)
+    if safegit.check_location(url, safegit.ENVIRONMENT_REPOS) == "file":
+        local = unquote(urlsplit(url).path) if url.startswith("file://") else url
+        source = (cwd / local).resolve()  # an absolute path replaces cwd
+        if any(source.is_relative_to(path.resolve()) for path in guarded):
+            raise EnvironmentSetupFailed(
+                f"repository {display_url(url)!r} is in the server's data directory: runs may not read it"
+            )
     if not dest.parent.resolve().is_relative_to(cwd.resolve()):  # e.g. through an earlier clone's symlink
         raise EnvironmentSetupFailed(f"repository path {str(dest.relative_to(cwd))!r} leaves the workspace")
     safegit.clone(url, dest, policy=safegit.ENVIRONMENT_REPOS, cwd=cwd, timeout=timeout)

@@ -87,6 +87,7 @@ class ExecutionSettings:
     # needs one when it does not work (service-hosted workers), else fall back to the host.
     sandbox: Sandbox | None = None
     sandbox_required: bool = False
+    guarded: tuple[Path, ...] = ()  # no environment repository is cloned from inside these
 
 
 def scrubbed_environment(env: Mapping[str, str]) -> dict[str, str]:
@@ -307,6 +308,7 @@ async def _prepare(
             timeout_seconds=timeout,
             on_output=on_output,
             sandbox=sandbox,
+            guarded=settings.guarded,
         )
     )
     cancelled = asyncio.create_task(cancel.wait())

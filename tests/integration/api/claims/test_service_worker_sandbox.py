@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import builders
+import git
 import pytest
 from aiohttp import web
 
@@ -73,3 +74,38 @@ async def test_a_workspace_root_inside_the_data_directory_is_refused_at_start(
             await runner.setup()
     finally:
         await runner.cleanup()
+
+
+async def test_an_environment_cannot_clone_a_repository_out_of_the_data_directory(
+    worker_app, tmp_path: Path, aiohttp_client, sessions, new_run, wait_state
+) -> None:
+    """The worker clones environment repositories itself, outside the sandbox: a local path into the data
+    directory (a ``serve --git`` mirror, the skills cache) would copy another team's files into the run's
+    workspace, so it is refused like the setup commands that read it."""
+    data = tmp_path / "data"
+    mirror = git.Repo.init(data / "mirror")
+    (data / "mirror" / "definitions.yaml").write_text("team A's definitions\n")
+    mirror.index.add(["definitions.yaml"])
+    actor = git.Actor("t", "t@example.com")
+    mirror.index.commit("a", author=actor, committer=actor)
+    lifecycle = service_workers(1, "echo", None, tmp_path / "ws", heartbeat_seconds=0.2, sandbox=Sandbox())
+    app = worker_app(lifecycles=[lifecycle, lease_reaper(0.5)])
+    await aiohttp_client(app)
+    async with sessions() as s, s.begin():
+        team = await builders.team(s, "default")
+        for name, url in (
+            ("path", str(data / "mirror")),
+            ("url", f"file://{data}/./mirror"),
+            ("up", "../../data/mirror"),
+        ):
+            await builders.environment(
+                s, SystemClock(), team.id, name, {"repos": [{"url": url, "path": "m"}]}
+            )
+    runs = [await new_run(agent_config={"environment_id": name}) for name in ("path", "url", "up")]
+    wake_claimers(app)
+    for run_id in runs:
+        run = await wait_state(run_id, FINISHED)
+        assert run.state == "FAILED", run.status_message
+        assert run.status_message is not None
+        assert run.status_message["error_code"] == "environment_setup_failed"
+        assert "data directory" in run.status_message["message"]
