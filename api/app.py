@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api import ops
+from api.auth_failures import AUTH_FAILURES, budget_for
 from api.context import (
     BOX,
     CLOCK,
@@ -74,6 +75,9 @@ def create_app(
     app[BOX] = box
     app[REGISTRY] = registry
     app[RECONCILE] = ReconcileTrigger()
+    app[AUTH_FAILURES] = budget_for(
+        engine, app[CLOCK], settings.client_auth_failure_limit, settings.trusted_proxies
+    )
     app[CLAIM_SIGNAL] = ClaimSignal()
     app[ops.LATENCY] = latency
     for name in route_modules:

@@ -3,13 +3,18 @@
 Roles: ``admin`` manages everything of its team; ``member`` creates and drives runs and reads;
 ``worker`` claims and reports runs for its worker host IDs only. A resource of another team is
 indistinguishable from a missing one (404), never a 403.
+
+A presented key is looked up only while its client address has failed-authentication budget left
+(:mod:`api.auth_failures`); a wrong or revoked key spends it, and past it the answer is ``429`` with
+``Retry-After`` (docs/api.md, "Authentication").
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from api import AuthenticationRequired, NotAuthorized
+from api import AuthenticationRequired, NotAuthorized, RateLimited
+from api.auth_failures import AUTH_FAILURES
 from api.context import CLOCK, SESSIONS
 from store.apikeys import Principal, authenticate
 
@@ -35,14 +40,27 @@ async def principal(request: web.Request) -> Principal:
             "missing API key: send 'Authorization: Bearer <key>'",
             headers={"WWW-Authenticate": 'Bearer realm="factoryctl"'},
         )
+    budget = request.app[AUTH_FAILURES]
+    if (wait := await budget.spent(request)) is not None:
+        raise too_many_failures(wait)
     async with request.app[SESSIONS]() as session, session.begin():
         found = await authenticate(session, request.app[CLOCK], token)
     if found is None:
+        if (wait := await budget.failed(request)) is not None:
+            raise too_many_failures(wait)
         raise AuthenticationRequired(
             "invalid or revoked API key", headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}
         )
     request[PRINCIPAL] = found
     return found
+
+
+def too_many_failures(retry_after: int) -> RateLimited:
+    """The 429 of a client address whose failed-authentication budget is spent."""
+    return RateLimited(
+        "too many failed authentications from this address; retry after the Retry-After delay",
+        headers={"Retry-After": str(retry_after)},
+    )
 
 
 async def require(request: web.Request, role: str) -> Principal:

@@ -24,6 +24,10 @@ class ServerSettings:
     public_url: str | None = None  # base of ingress URLs; defaults to http://host:port
     delivery_rate_limit: int = 60  # per webhook per minute
     auth_failure_limit: int = 30  # failed auth attempts per webhook per minute
+    # Failed API-key authentications per client address per minute, API and console together, and the
+    # proxies whose X-Forwarded-For names that address (docs/api.md, "Authentication").
+    client_auth_failure_limit: int = 30
+    trusted_proxies: tuple[str, ...] = ()
     max_body_bytes: int = 262_144
     delivery_retention_days: int = 7
     delivery_retention_count: int = 50

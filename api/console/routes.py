@@ -15,6 +15,7 @@ from pathlib import Path
 from aiohttp import web
 from sqlalchemy import select
 
+from api.auth_failures import AUTH_FAILURES
 from api.console import admin_pages, automation_pages, factory_pages, run_list, run_pages
 from api.console import sessions as console_sessions
 from api.console.rendering import render, setup_templates
@@ -67,15 +68,35 @@ async def login_page(request: web.Request) -> web.StreamResponse:
     return await login_form(request)
 
 
+async def _too_many_failures(request: web.Request, retry_after: int) -> web.Response:
+    """The sign-in page of an address whose failed-authentication budget is spent: 429, ``Retry-After``."""
+    wait = f"{retry_after} seconds" if retry_after < 120 else f"{-(-retry_after // 60)} minutes"
+    error = (
+        f"Too many failed sign-ins from your network address. Wait {wait} before trying again: "
+        "until then every key from this address is refused."
+    )
+    response = await login_form(request, error=error, status=429)
+    response.headers["Retry-After"] = str(retry_after)
+    return response
+
+
 async def login(request: web.Request) -> web.StreamResponse:
-    """``POST /console/login``: the key is checked once, a session is opened, the key is forgotten."""
+    """``POST /console/login``: the key is checked once, a session is opened, the key is forgotten.
+
+    A wrong or revoked key spends the address's failed-authentication budget, shared with the API
+    (:mod:`api.auth_failures`); once it is spent every key is refused with 429 until it recovers."""
     form = await request.post()
     if not csrf_ok(request.cookies.get(console_sessions.LOGIN_COOKIE, ""), form.get("login_token")):
         return await login_form(request, error="The sign-in form expired; try again.", status=403)
     key = form.get("api_key")
+    budget = request.app[AUTH_FAILURES]
+    if isinstance(key, str) and key and (wait := await budget.spent(request)) is not None:
+        return await _too_many_failures(request, wait)
     async with request.app[SESSIONS]() as session, session.begin():
         who = await authenticate(session, request.app[CLOCK], key) if isinstance(key, str) and key else None
         if who is None:
+            if isinstance(key, str) and key and (wait := await budget.failed(request)) is not None:
+                return await _too_many_failures(request, wait)
             error = "That API key is not valid (unknown or revoked)."
         elif who.role == "worker":
             error = "Worker keys cannot sign in to the console; use a member or admin key."

@@ -63,6 +63,19 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--auth-failure-limit", type=int, default=None, help="failed auths per webhook per minute (30)"
     )
+    p.add_argument(
+        "--client-auth-failure-limit",
+        type=int,
+        default=None,
+        help="failed API-key authentications per client address per minute, API and console (30)",
+    )
+    p.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=None,
+        metavar="CIDR",
+        help="a reverse proxy whose X-Forwarded-For names the client address (repeatable)",
+    )
     p.add_argument("--max-body-bytes", type=int, default=None, help="largest accepted body (262144)")
     p.add_argument("--delivery-retention-days", type=int, default=None, help="delivery log days kept (7)")
     p.add_argument(

@@ -9,11 +9,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from api.auth_failures import parse_networks
 from api.context import ServerSettings
 from api.notifications.policy import NotificationSettings
 from factoryctl.context import CliContext
 from factoryctl.serve.group import parse_processes
 from factoryctl.worker.sandbox import DEFAULT_BWRAP, check_layout
+
+
+def trusted_proxies(flags: list[str] | None, env_value: str) -> tuple[str, ...]:
+    """``--trusted-proxy`` (repeatable), else ``FACTORY_TRUSTED_PROXIES`` (comma-separated): CIDRs or
+    addresses, checked here so a typo stops the start (docs/operations.md, "Behind a reverse proxy")."""
+    values = tuple(v.strip() for v in (flags if flags else env_value.split(",")) if v.strip())
+    return tuple(str(net) for net in parse_networks(values))
 
 
 def parse_duration(value: str) -> float:
@@ -66,6 +74,10 @@ class ServeOptions:
             public_url=pick(args.public_url, "PUBLIC_URL", None),
             delivery_rate_limit=pick(args.delivery_rate_limit, "DELIVERY_RATE_LIMIT", 60, int),
             auth_failure_limit=pick(args.auth_failure_limit, "AUTH_FAILURE_LIMIT", 30, int),
+            client_auth_failure_limit=pick(
+                args.client_auth_failure_limit, "CLIENT_AUTH_FAILURE_LIMIT", 30, int
+            ),
+            trusted_proxies=trusted_proxies(args.trusted_proxy, env.get("FACTORY_TRUSTED_PROXIES", "")),
             max_body_bytes=pick(args.max_body_bytes, "MAX_BODY_BYTES", 262_144, int),
             delivery_retention_days=pick(args.delivery_retention_days, "DELIVERY_RETENTION_DAYS", 7, int),
             delivery_retention_count=pick(args.delivery_retention_count, "DELIVERY_RETENTION_COUNT", 50, int),
@@ -78,6 +90,7 @@ class ServeOptions:
         for name in (
             "delivery_rate_limit",
             "auth_failure_limit",
+            "client_auth_failure_limit",
             "max_body_bytes",
             "delivery_retention_count",
         ):
