@@ -86,6 +86,10 @@ class ServeOptions:
             skills_cache_max_entries=pick(None, "SKILLS_CACHE_MAX_ENTRIES", 64, int),
             skills_clone_max_bytes=pick(None, "SKILLS_CLONE_MAX_BYTES", 64 * 1024 * 1024, int),
             skills_failure_seconds=pick(None, "SKILLS_FAILURE_SECONDS", 60.0, float),
+            run_log_max_lines=pick(None, "RUN_LOG_MAX_LINES", 100_000, int),
+            run_log_max_bytes=pick(None, "RUN_LOG_MAX_BYTES", 16 * 1024 * 1024, int),
+            followups_max_pending=pick(None, "FOLLOWUPS_MAX_PENDING", 20, int),
+            followups_max_pending_bytes=pick(None, "FOLLOWUPS_MAX_PENDING_BYTES", 1_048_576, int),
         )
         for name in (
             "delivery_rate_limit",
@@ -93,6 +97,10 @@ class ServeOptions:
             "client_auth_failure_limit",
             "max_body_bytes",
             "delivery_retention_count",
+            "run_log_max_lines",
+            "run_log_max_bytes",
+            "followups_max_pending",
+            "followups_max_pending_bytes",
         ):
             if getattr(settings, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
