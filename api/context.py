@@ -34,6 +34,11 @@ class ServerSettings:
     lease_seconds: float = 30.0
     claim_wait_max_seconds: float = 30.0
     max_attachment_bytes: int = 1_048_576
+    # Per-run bounds on worker output and queued follow-ups (docs/workers.md, "Log limits", "Follow-ups").
+    run_log_max_lines: int = 100_000
+    run_log_max_bytes: int = 16 * 1024 * 1024
+    followups_max_pending: int = 20
+    followups_max_pending_bytes: int = 1_048_576
     skills_source: str | None = None
     # The skills clone cache (docs/agent-config.md, "Skill repositories and the clone cache").
     skills_cache_max_bytes: int = 512 * 1024 * 1024

@@ -37,7 +37,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,7 @@ class Keys:
     member: str
     worker: str
     worker_owner: str  # the lease owner the worker key claims as (key id, empty worker id)
+    lease_tokens: dict[str, str] = field(default_factory=dict)  # run id -> its claim's lease token
 
 
 async def seed_keys(engine: AsyncEngine) -> Keys:
@@ -98,13 +99,16 @@ async def call(http: ClientSession, url: str, key: str, body: dict[str, Any]) ->
         return await r.json() if r.status == 200 else {}
 
 
-async def started_run(http: ClientSession, base: str, member: str, worker: str) -> str:
+async def started_run(http: ClientSession, base: str, keys: Keys) -> str:
     """A run created through the API, claimed and marked INPROGRESS by the worker key."""
     body = {"prompt": "bench", "config": {"worker_host": HOST}}
-    run_id = str((await call(http, f"{base}/api/v1/agent/run", member, body))["run_id"])
-    claimed = await call(http, f"{base}{WORKERS}/claim", worker, {"worker_host": HOST, "wait_seconds": 0})
+    run_id = str((await call(http, f"{base}/api/v1/agent/run", keys.member, body))["run_id"])
+    claim = {"worker_host": HOST, "wait_seconds": 0}
+    claimed = await call(http, f"{base}{WORKERS}/claim", keys.worker, claim)
     assert claimed["run"]["run_id"] == run_id, claimed
-    await call(http, f"{base}{WORKERS}/runs/{run_id}/heartbeat", worker, {"state": "INPROGRESS"})
+    keys.lease_tokens[run_id] = token = str(claimed["lease_token"])
+    start = {"state": "INPROGRESS", "lease_token": token}
+    await call(http, f"{base}{WORKERS}/runs/{run_id}/heartbeat", keys.worker, start)
     return run_id
 
 
@@ -132,7 +136,8 @@ def over_http(http: ClientSession, base: str, keys: Keys) -> Write:
     """What a self-hosted worker does: ``POST /workers/runs/{id}/logs`` (the handler wakes local streams)."""
 
     async def write(run_id: str, text: str) -> None:
-        body = {"worker_id": "", "lines": [{"stream": "stdout", "text": text}]}
+        lines = [{"stream": "stdout", "text": text}]
+        body = {"worker_id": "", "lease_token": keys.lease_tokens[run_id], "lines": lines}
         await call(http, f"{base}{WORKERS}/runs/{run_id}/logs", keys.worker, body)
 
     return write
@@ -142,7 +147,7 @@ def in_process(runner: web.AppRunner, keys: Keys) -> Write:
     """What a service-hosted worker (``serve --workers N``) does: ``StoreChannel.send_logs`` on the store."""
 
     async def write(run_id: str, text: str) -> None:
-        channel = store_channel(runner.app, run_id, keys.worker_owner, 30.0)
+        channel = store_channel(runner.app, run_id, keys.worker_owner, 30.0, keys.lease_tokens[run_id])
         await channel.send_logs([("stdout", text)])
 
     return write
@@ -152,7 +157,7 @@ async def scenario(
     http: ClientSession, base: str, reader: str, keys: Keys, write: Write, lines: int
 ) -> tuple[list[float], list[float]]:
     """(log write round trips, write → event read latencies) in seconds, warm-up excluded."""
-    run_id = await started_run(http, base, keys.member, keys.worker)
+    run_id = await started_run(http, base, keys)
     arrivals: dict[str, asyncio.Future[float]] = {}
     loop = asyncio.get_running_loop()
     posts, streams = [], []

@@ -435,8 +435,15 @@ class Run(Base):
     worker_host: Mapped[str] = mapped_column(String(200), default="")
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     lease_owner: Mapped[str | None] = mapped_column(String(200))
+    # The claim's random lease token: every worker call must present it, so a stale holder of an earlier
+    # attempt (same key and worker ID) is refused (docs/workers.md, "Leases").
+    lease_token: Mapped[str | None] = mapped_column(String(64))
     lease_expires_at: Mapped[dt.datetime | None]
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # What the run's log holds, and the lines refused past its caps (docs/workers.md, "Log limits").
+    log_lines: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    log_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    log_dropped: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class RunAttachment(Base):

@@ -3,13 +3,17 @@
 Shape (read by :meth:`factoryctl.worker.job.Job.from_claim` from ``run``)::
 
     {"run": {run_id, title, prompt, base_prompt?, skill_body?, environment?, agent_config, model_id,
-             attachments: [{file_name, mime_type, data (base64)}], followups: [{followup_id, message, mode}],
+             attachments: [{file_name, mime_type, data (base64)}], followups: [{followup_id, mode}],
              attempt, worker_host, lease_expires_at, conversation_id, parent_run_id, metadata},
-     "lease_seconds": 30}
+     "lease_seconds": 30, "lease_token": "..."}
+
+``lease_token`` is the claim's own token: the worker presents it on every call for the run
+(docs/workers.md, "Leases").
 
 Follow-ups still pending at claim time (sent before the run started, or the ones that re-queued
 a finished run as a continuation) are appended to the prompt, since a freshly started harness
-has no other way to see them, and are marked delivered.
+has no other way to see them, and are marked delivered. Their text travels once, in the prompt:
+``followups`` only names them (docs/workers.md, "Follow-ups").
 
 ``skill_body`` is the SKILL.md body resolved at run creation; ``environment`` is the run's
 environment spec with team secrets as *names* (``secret_refs``), or ``{"error": ...}`` when it was
@@ -89,7 +93,7 @@ async def claim_payload(
             }
             for a in attachments
         ],
-        "followups": [followup_json(f) for f in followups],
+        "followups": [{"followup_id": f.id, "mode": f.mode} for f in followups],  # the text is in the prompt
         "attempt": run.attempt,
         "worker_host": run.worker_host or None,
         "lease_expires_at": rfc3339(run.lease_expires_at),
@@ -108,7 +112,7 @@ async def claim_payload(
         body["environment"] = await environment_payload(session, run.team_id, env_id)
     if config.get("mcp_servers"):  # references expanded; commands only from the environment (agent-config.md)
         body["mcp_servers"] = await run_mcp_servers(session, run.team_id, config)
-    return {"run": body, "lease_seconds": lease_seconds}
+    return {"run": body, "lease_seconds": lease_seconds, "lease_token": run.lease_token}
 
 
 async def environment_payload(session: AsyncSession, team_id: str, environment_id: str) -> dict[str, Any]:
@@ -152,7 +156,7 @@ async def complete_claim(
     Returns the payload (with ``skill_body``), or None when the run cannot be handed out: the skill
     is unavailable (the run is then FAILED ``skill_unavailable``) or ``owner`` lost the lease.
     """
-    run = payload["run"]
+    run, token = payload["run"], payload.get("lease_token")
     config = run.get("agent_config") or {}
     spec = config.get("skill_spec")
     if not isinstance(spec, str) or not spec or "skill_body" in run:
@@ -169,13 +173,18 @@ async def complete_claim(
     try:  # no session is open meanwhile: a clone may take a while
         skill = await asyncio.to_thread(resolver.resolve, spec, repos=repos)
     except SkillUnavailable as exc:
-        await _fail_claimed(sessions, clock, run_id, owner, spec, str(exc))
+        await _fail_claimed(sessions, clock, run_id, owner, token, spec, str(exc))
         return None
     updated = with_skill(stored or {}, skill)
     async with sessions() as session, session.begin():
         stmt = (
             update(Run)
-            .where(Run.run_id == run_id, Run.lease_owner == owner, Run.state.in_([s.value for s in LEASED]))
+            .where(
+                Run.run_id == run_id,
+                Run.lease_owner == owner,
+                Run.lease_token == token,
+                Run.state.in_([s.value for s in LEASED]),
+            )
             .values(agent_config=updated, config_name=str(updated["name"])[:200])
             .execution_options(synchronize_session=False)
         )
@@ -188,7 +197,13 @@ async def complete_claim(
 
 
 async def _fail_claimed(
-    sessions: async_sessionmaker[AsyncSession], clock: Clock, run_id: str, owner: str, spec: str, problem: str
+    sessions: async_sessionmaker[AsyncSession],
+    clock: Clock,
+    run_id: str,
+    owner: str,
+    lease_token: str | None,
+    spec: str,
+    problem: str,
 ) -> None:
     message = {
         "message": f"the skill {spec!r} could not be resolved when the run was claimed: {problem}",
@@ -197,7 +212,15 @@ async def _fail_claimed(
     }
     try:
         async with sessions() as session, session.begin():
-            await report_state(session, clock, run_id, owner=owner, state="FAILED", status_message=message)
+            await report_state(
+                session,
+                clock,
+                run_id,
+                owner=owner,
+                lease_token=lease_token,
+                state="FAILED",
+                status_message=message,
+            )
     except (NotLeaseHolder, IllegalTransition, NotFound):
         pass  # the run moved on (cancelled, reaped): nothing is left to fail
 

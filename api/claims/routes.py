@@ -1,12 +1,15 @@
 """``/api/v1/workers``: the worker protocol over HTTP (docs/workers.md).
 
 - ``POST /workers/claim`` ``{worker_host, wait_seconds, worker_id?}`` long-polls up to
-  ``min(wait_seconds, claim_wait_max_seconds)``: ``200`` with the run and its lease, ``204`` idle.
-- ``POST /workers/runs/{id}/heartbeat`` ``{state?: "INPROGRESS", worker_id?}`` extends the lease;
-  answers ``cancel_requested`` and the pending follow-ups (each handed over once).
-- ``POST /workers/runs/{id}/state`` ``{state, status_message?, worker_id?}`` through the state machine.
-- ``POST /workers/runs/{id}/logs`` ``{lines: [{stream, text}], worker_id?}`` appends to the run log.
-- ``POST /workers/runs/{id}/secrets`` ``{worker_id?}`` answers ``{secrets: {NAME: value}}``: the
+  ``min(wait_seconds, claim_wait_max_seconds)``: ``200`` with the run, its lease and ``lease_token``,
+  ``204`` idle.
+- ``POST /workers/runs/{id}/heartbeat`` ``{state?: "INPROGRESS", worker_id?, lease_token}`` extends the
+  lease; answers ``cancel_requested`` and the pending follow-ups (each handed over once).
+- ``POST /workers/runs/{id}/state`` ``{state, status_message?, worker_id?, lease_token}`` through the
+  state machine.
+- ``POST /workers/runs/{id}/logs`` ``{lines: [{stream, text}], worker_id?, lease_token}`` appends to the
+  run log, within the run's log caps; a body over :data:`LOG_REQUEST_BYTES` is ``413``.
+- ``POST /workers/runs/{id}/secrets`` ``{worker_id?, lease_token}`` answers ``{secrets: {NAME: value}}``: the
   current values of the team secrets *this run* references (computed from the stored run, never
   from the request), to the lease holder only, while the run is CLAIMED or INPROGRESS. Only
   ``run``-scoped secrets: one deleted or re-scoped since the run was created is left out (the worker
@@ -14,7 +17,9 @@
 
 Worker keys act only for their own host IDs (403 otherwise); admin keys may act for any host,
 including ``""`` (service-hosted). The lease owner is the key plus the caller's ``worker_id``, so
-two processes sharing a key do not report each other's runs; anyone else gets ``409``.
+two processes sharing a key do not report each other's runs, and each claim's ``lease_token`` tells
+its attempts apart, so a stale holder of an earlier attempt cannot act on the next one; anyone else
+gets ``409`` (docs/workers.md, "Leases").
 """
 
 from __future__ import annotations
@@ -44,13 +49,15 @@ from api.runs.event_hub import notify_events
 from api.runs.queue import (
     LOG_STREAMS,
     REPORT_EVENTS,
+    LogLimits,
     append_logs,
     claim_next,
     heartbeat,
+    holds_lease,
     queued_exists,
     report_state,
 )
-from api.runs.states import LEASED, IllegalTransition, RunState
+from api.runs.states import IllegalTransition
 from store import NotFound
 from store import secrets as secret_store
 from store.apikeys import Principal
@@ -61,6 +68,10 @@ PREFIX = f"{API_V1}/workers"
 POLL_SECONDS = 0.25  # how often a long poll re-checks the store for runs queued by other processes
 MAX_LOG_LINES = 1000
 MAX_LOG_TEXT = 16_384
+# One log request's body (docs/workers.md, "Log limits"): well under the app's client_max_size (8 MiB),
+# so the documented limit, not aiohttp's, answers the 413. Workers batch by encoded bytes below it.
+LOG_REQUEST_BYTES = 4 * 1024 * 1024
+MAX_LEASE_TOKEN = 64
 MAX_MESSAGE = 10_000
 _WORKER_ID = re.compile(r"^[A-Za-z0-9._:@/+-]{1,120}$")
 
@@ -81,6 +92,24 @@ def _worker_id(body: dict[str, Any]) -> str:
 
 def _owner(who: Principal, body: dict[str, Any]) -> str:
     return f"{who.key_id}:{_worker_id(body)}"
+
+
+def _lease_token(body: dict[str, Any]) -> str | None:
+    """The claim's lease token the call presents (absent: None, which holds no tokened lease)."""
+    value = body.get("lease_token")
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_LEASE_TOKEN:
+        raise ValidationFailed(
+            "lease_token must be the string the claim answered",
+            errors=[field_error("lease_token", "invalid")],
+        )
+    return value
+
+
+def log_limits(request: web.Request) -> LogLimits:
+    settings = request.app[SETTINGS]
+    return LogLimits(max_lines=settings.run_log_max_lines, max_bytes=settings.run_log_max_bytes)
 
 
 def _hosts(body: dict[str, Any]) -> list[str]:
@@ -185,6 +214,7 @@ async def heartbeat_route(request: web.Request) -> web.Response:
                 request.app[CLOCK],
                 run_id,
                 owner=_owner(who, body),
+                lease_token=_lease_token(body),
                 lease_seconds=request.app[SETTINGS].lease_seconds,
                 start=state == "INPROGRESS",
                 team_id=who.team_id,
@@ -245,6 +275,7 @@ async def state_route(request: web.Request) -> web.Response:
                 request.app[CLOCK],
                 run_id,
                 owner=_owner(who, body),
+                lease_token=_lease_token(body),
                 state=str(state),
                 status_message=message,
                 team_id=who.team_id,
@@ -283,11 +314,18 @@ def _log_lines(body: dict[str, Any]) -> list[tuple[str, str]]:
 async def logs_route(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     who = await _authorize_for_run(request, run_id)
-    body = await read_json_object(request, max_bytes=MAX_LOG_LINES * MAX_LOG_TEXT + SMALL_BODY_BYTES)
+    body = await read_json_object(request, max_bytes=LOG_REQUEST_BYTES)
     lines = _log_lines(body)
     async with sessions(request)() as session, session.begin():
         count = await append_logs(
-            session, request.app[CLOCK], run_id, lines, owner=_owner(who, body), team_id=who.team_id
+            session,
+            request.app[CLOCK],
+            run_id,
+            lines,
+            owner=_owner(who, body),
+            lease_token=_lease_token(body),
+            team_id=who.team_id,
+            limits=log_limits(request),
         )
     notify_events(request.app)
     return web.json_response({"run_id": run_id, "appended": count})
@@ -297,13 +335,13 @@ async def secrets_route(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     who = await _authorize_for_run(request, run_id)
     body = await read_json_object(request, max_bytes=SMALL_BODY_BYTES, optional=True)
-    owner = _owner(who, body)
+    owner, token = _owner(who, body), _lease_token(body)
     box = request.app[BOX]
     async with sessions(request)() as session:
         run = await session.scalar(select(Run).where(Run.run_id == run_id, Run.team_id == who.team_id))
         if run is None:
             raise NotFound(f"run {run_id} does not exist")
-        if run.lease_owner != owner or RunState(run.state) not in LEASED:
+        if not holds_lease(run, owner, token):
             raise Conflict(f"run {run_id} is {run.state} and its lease is not held by this worker")
         # Only run-scoped secrets: one deleted or re-scoped since the run was created (or a run stored
         # before scopes existed) is left out, and the worker reports it missing.

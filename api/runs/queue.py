@@ -19,6 +19,8 @@ The caller owns the session and the transaction.
 from __future__ import annotations
 
 import datetime as dt
+import hmac
+import secrets
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,6 +47,19 @@ SQLITE_RETURNING = (3, 35, 0)
 # What a worker may report (by state name), and the state machine event each report is.
 REPORT_EVENTS: dict[str, RunEvent] = {state.value: event for state, event in WORKER_REPORTS.items()}
 LOG_STREAMS = ("stdout", "stderr", "system")
+LEASE_TOKEN_BYTES = 24  # 32 URL-safe characters
+
+
+@dataclass(frozen=True)
+class LogLimits:
+    """Per-run caps on a run's log (docs/workers.md, "Log limits"): past either, one ``system`` marker
+    line says so and every later line is dropped and counted in ``runs.log_dropped``."""
+
+    max_lines: int = 100_000
+    max_bytes: int = 16 * 1024 * 1024  # UTF-8 bytes of the lines' text
+
+
+DEFAULT_LOG_LIMITS = LogLimits()
 
 
 class NotLeaseHolder(WriteRefused):
@@ -89,8 +104,11 @@ async def claim_next(
     """Claim the oldest QUEUED run routed to one of ``worker_hosts`` ("" = service-hosted).
 
     The run becomes CLAIMED with a lease held by ``owner`` until now + ``lease_seconds``, and its
-    ``attempt`` counts the claim. ``team_id`` restricts the claim to one team's runs (HTTP
-    workers); the in-process service workers serve every team. None when nothing is queued.
+    ``attempt`` counts the claim. The claim draws a fresh random ``lease_token`` (the claim answer
+    carries it): every later call for the run must present it, so a stale holder of an earlier attempt
+    under the same ``owner`` is refused (docs/workers.md, "Leases"). ``team_id`` restricts the claim
+    to one team's runs (HTTP workers); the in-process service workers serve every team. None when
+    nothing is queued.
     """
     if not worker_hosts:
         return None
@@ -111,6 +129,7 @@ async def claim_next(
         .values(
             state=target.value,
             lease_owner=owner,
+            lease_token=secrets.token_urlsafe(LEASE_TOKEN_BYTES),
             lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
             attempt=Run.attempt + 1,
             updated_at=now,
@@ -155,8 +174,22 @@ async def _locked_run(session: AsyncSession, run_id: str, team_id: str | None) -
     return run
 
 
-def _require_lease(run: Run, owner: str) -> None:
+def holds_lease(run: Run, owner: str, lease_token: str | None) -> bool:
+    """Whether ``owner`` presenting ``lease_token`` holds ``run``'s current lease: the one rule every
+    worker call goes through, over HTTP and in-process (docs/workers.md, "Leases").
+
+    A run leased before lease tokens existed (no token stored) is held by its owner alone.
+    """
     if run.lease_owner != owner or RunState(run.state) not in LEASED:
+        return False
+    if run.lease_token is None:
+        return True
+    given = (lease_token or "").encode("utf-8", "surrogatepass")
+    return hmac.compare_digest(run.lease_token.encode("ascii"), given)
+
+
+def _require_lease(run: Run, owner: str, lease_token: str | None) -> None:
+    if not holds_lease(run, owner, lease_token):
         raise NotLeaseHolder(run.run_id, run.state)
 
 
@@ -182,6 +215,7 @@ async def heartbeat(
     run_id: str,
     *,
     owner: str,
+    lease_token: str | None,
     lease_seconds: float,
     start: bool = False,
     team_id: str | None = None,
@@ -191,10 +225,10 @@ async def heartbeat(
     Answers whether cancellation was requested and hands over pending follow-ups (once). A claimed
     run cancelled before it started ends CANCELLED on ``start``: the answer then has that state and
     ``cancel_requested`` True, and the worker must not execute it. Raises :class:`NotLeaseHolder` when
-    ``owner`` does not hold the run's lease.
+    ``owner`` with ``lease_token`` does not hold the run's lease.
     """
     run = await _locked_run(session, run_id, team_id)
-    _require_lease(run, owner)
+    _require_lease(run, owner, lease_token)
     now = clock.now()
     expires = now + dt.timedelta(seconds=lease_seconds)
     if start and run.state == RunState.CLAIMED.value:
@@ -214,6 +248,7 @@ async def report_state(
     run_id: str,
     *,
     owner: str,
+    lease_token: str | None,
     state: str,
     status_message: dict[str, Any] | None = None,
     team_id: str | None = None,
@@ -227,7 +262,7 @@ async def report_state(
     if event is None:
         raise ValueError(f"a worker may report {', '.join(REPORT_EVENTS)}; not {state!r}")
     run = await _locked_run(session, run_id, team_id)
-    _require_lease(run, owner)
+    _require_lease(run, owner, lease_token)
     _apply(run, event, clock.now(), status_message)
     await session.flush()
     return run
@@ -248,6 +283,7 @@ def _apply(run: Run, event: RunEvent, now: dt.datetime, status_message: dict[str
         run.finished_at = now
     if result.to not in LEASED:  # finished, or BLOCKED: the worker has let go of the run
         run.lease_owner = None
+        run.lease_token = None
         run.lease_expires_at = None
     run.updated_at = now
     events.record_state(run, previous, previous_cancel, run.status_message, now)
@@ -273,6 +309,7 @@ async def reap_expired_leases(session: AsyncSession, clock: Clock) -> int:
                 "state": result.to.value,
                 "cancel_requested": result.cancel_requested,
                 "lease_owner": None,
+                "lease_token": None,
                 "lease_expires_at": None,
                 "updated_at": now,
             }
@@ -310,24 +347,65 @@ async def append_logs(
     lines: Sequence[tuple[str, str]],
     *,
     owner: str | None = None,
+    lease_token: str | None = None,
     team_id: str | None = None,
+    limits: LogLimits = DEFAULT_LOG_LIMITS,
     event_cap: int = events.MAX_EVENTS_PER_RUN,
 ) -> int:
     """Append output lines to a run's log (only by the lease holder when ``owner`` is given), and their
-    ``log`` events within ``event_cap`` (docs/events.md, "Bounds").
+    ``log`` events within ``event_cap`` (docs/events.md, "Bounds"); returns how many were stored.
 
-    The run is locked first so its events commit in id order (docs/events.md, "Ordering and delivery").
+    The one place a run's log grows, for self-hosted (HTTP) and service-hosted workers alike, so the
+    caps of ``limits`` hold whatever the path (docs/workers.md, "Log limits"). The run is locked first
+    so its events commit in id order (docs/events.md, "Ordering and delivery") and its counters
+    cannot race.
     """
     if not lines and owner is None:
         return 0
     run = await _locked_run(session, run_id, team_id)
     if owner is not None:
-        _require_lease(run, owner)
+        _require_lease(run, owner, lease_token)
     if not lines:
+        return 0
+    kept, dropped, size = _within_limits(run, lines, limits)
+    if dropped:
+        if not run.log_dropped:  # the first refused line: say so once, in the log itself
+            kept.append(("system", _truncated_marker(limits)))
+        run.log_dropped += dropped
+    run.log_lines += len(kept)
+    run.log_bytes += size
+    if not kept:
         return 0
     now = clock.now()
     await session.execute(
-        insert(RunLog), [{"run_id": run_id, "stream": s, "text": t, "created_at": now} for s, t in lines]
+        insert(RunLog), [{"run_id": run_id, "stream": s, "text": t, "created_at": now} for s, t in kept]
     )
-    await events.record_logs(session, run, lines, now, cap=event_cap)
-    return len(lines)
+    await events.record_logs(session, run, kept, now, cap=event_cap)
+    return len(kept)
+
+
+def _within_limits(
+    run: Run, lines: Sequence[tuple[str, str]], limits: LogLimits
+) -> tuple[list[tuple[str, str]], int, int]:
+    """The lines that fit the run's remaining budget (none once it was truncated), how many did not,
+    and the bytes of those kept."""
+    if run.log_dropped:
+        return [], len(lines), 0
+    kept: list[tuple[str, str]] = []
+    count, size = run.log_lines or 0, run.log_bytes or 0
+    added = 0
+    for index, (stream, text) in enumerate(lines):
+        length = len(text.encode("utf-8", "surrogatepass"))
+        if count + 1 > limits.max_lines or size + added + length > limits.max_bytes:
+            return kept, len(lines) - index, added
+        kept.append((stream, text))
+        count += 1
+        added += length
+    return kept, 0, added
+
+
+def _truncated_marker(limits: LogLimits) -> str:
+    return (
+        f"[log truncated: this run's log reached its limit of {limits.max_lines} lines or "
+        f"{limits.max_bytes} bytes; later output is dropped and counted]"
+    )

@@ -170,6 +170,9 @@ def build_run_row(
         "worker_host": worker_host_of(host if isinstance(host, str) else None),
         "attempt": 0,
         "cancel_requested": False,
+        "log_lines": 0,
+        "log_bytes": 0,
+        "log_dropped": 0,
     }
 
 

@@ -139,6 +139,12 @@ def query(**params: object) -> list[tuple[str, str]]:
     return out
 
 
+def json_content(value: Any) -> bytes:
+    """A request body as this client sends it: compact JSON, non-ASCII escaped as ``\\uXXXX`` (so a
+    lone surrogate in harness output still encodes); callers that size batches measure with it."""
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
 def build_request(
     http: httpx.Client | httpx.AsyncClient, options: ClientOptions, spec: RequestSpec[Any]
 ) -> httpx.Request:
@@ -150,7 +156,7 @@ def build_request(
     content = None
     headers = dict(options.headers)
     if spec.json is not NO_BODY:
-        content = json.dumps(spec.json, separators=(",", ":")).encode("utf-8")
+        content = json_content(spec.json)
         headers["Content-Type"] = "application/json"
     return http.build_request(
         spec.method,

@@ -575,6 +575,7 @@ class ClaimedRun(Model):
 class Claim(Model):
     run: ClaimedRun
     lease_seconds: float | None = None
+    lease_token: str | None = None  # presented on every call for the run (docs/workers.md, "Leases")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,9 @@ from acting twice. What differs per call is how often repeating is worth it (``r
   (:func:`conflict_run_state`) counts as "already recorded": the run is in that state, so nothing
   is left to report. The report lands while this worker still holds the lease; once a reaper ended
   the run (ERROR ``resource_unavailable``, retryable) it is refused.
-- ``append_logs``: :data:`LOG_RETRIES`. A batch is stored in one transaction, so repeating one whose
+- ``append_logs``: :data:`LOG_RETRIES`; a caller cuts lines with :func:`log_batches` (encoded bytes, not
+  lines). ``413`` is final here too: the worker agent splits the batch and retries the halves. A batch
+  is stored in one transaction, so repeating one whose
   answer was lost after the commit stores it twice: logs are at least once. Rare duplicated lines
   beat lines missing from a failed run's output.
 - ``secrets``: :data:`SECRETS_RETRIES`: read-only, computed from the stored run.
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -50,16 +52,22 @@ from factoryctl.client._endpoints import (
     json_body,
     parse_model,
 )
-from factoryctl.client._transport import RequestSpec, path
+from factoryctl.client._transport import RequestSpec, json_content, path
 from factoryctl.client.errors import ConflictError
 from factoryctl.client.models import Claim, Heartbeat, LogLine, StateReport
 
+Line = TypeVar("Line", LogLine, tuple[str, str])
 RETRY_FOREVER = sys.maxsize  # the worker agent's max_retries: claims wait for the server without limit
 START_RETRIES = 4  # about 4-8 s with the default backoff: well inside a 30 s lease
 HEARTBEAT_RETRIES = 0  # the next beat is the retry
 REPORT_RETRIES = 16  # about 50-100 s with the default backoff: outlives a server restart
 LOG_RETRIES = 2
 SECRETS_RETRIES = 4
+# Log batches (docs/workers.md, "Log limits"): the server refuses a log request body over 4 MiB (413) and
+# at most 1000 lines; a worker sends at most 500 lines and 1 MiB of encoded JSON per request.
+LOG_BATCH_LINES = 500
+LOG_BATCH_BYTES = 1024 * 1024
+LOG_BODY_OVERHEAD = 512  # the body around the lines: worker_id, lease_token, brackets
 RUN_STATES = (
     "QUEUED",
     "PENDING",
@@ -97,14 +105,14 @@ def claim_run(
 
 
 def heartbeat_run(
-    run_id: str, *, state: str | None = None, worker_id: str | None = None
+    run_id: str, *, state: str | None = None, worker_id: str | None = None, lease_token: str | None = None
 ) -> RequestSpec[Heartbeat]:
     """Extend the lease; ``state="INPROGRESS"`` also starts a CLAIMED run (retried a few times)."""
     return RequestSpec(
         "POST",
         path(f"{V1}/workers/runs/{{}}/heartbeat", run_id),
         parse_model(Heartbeat),
-        json=json_body(state=state, worker_id=worker_id),
+        json=json_body(state=state, worker_id=worker_id, lease_token=lease_token),
         idempotent=True,
         retries=START_RETRIES if state is not None else HEARTBEAT_RETRIES,
     )
@@ -116,13 +124,19 @@ def report_run_state(
     *,
     status_message: str | Mapping[str, Any] | None = None,
     worker_id: str | None = None,
+    lease_token: str | None = None,
 ) -> RequestSpec[StateReport]:
     message = {"message": status_message} if isinstance(status_message, str) else status_message
     return RequestSpec(
         "POST",
         path(f"{V1}/workers/runs/{{}}/state", run_id),
         parse_model(StateReport),
-        json=json_body(state=state, status_message=dict(message) if message else None, worker_id=worker_id),
+        json=json_body(
+            state=state,
+            status_message=dict(message) if message else None,
+            worker_id=worker_id,
+            lease_token=lease_token,
+        ),
         idempotent=True,  # the state machine applies it once; a repeat of a landed report gets 409
         retries=REPORT_RETRIES,
     )
@@ -135,19 +149,55 @@ def _appended(response: httpx.Response) -> int:
     return value
 
 
+def log_item(line: LogLine | tuple[str, str]) -> dict[str, str]:
+    return (
+        {"stream": line.stream, "text": line.text}
+        if isinstance(line, LogLine)
+        else {"stream": line[0], "text": line[1]}
+    )
+
+
+def encoded_size(value: Any) -> int:
+    """Bytes ``value`` takes in a request body as this client encodes it."""
+    return len(json_content(value))
+
+
+def log_batches(
+    lines: Sequence[Line], *, max_bytes: int = LOG_BATCH_BYTES, max_lines: int = LOG_BATCH_LINES
+) -> list[list[Line]]:
+    """``lines`` cut into batches of at most ``max_lines`` whose request bodies stay under ``max_bytes``,
+    counted as encoded (a non-ASCII character may take 6 or 12 bytes as ``\\uXXXX``), so a batch never
+    meets the server's per-request limit (docs/workers.md, "Log limits"). A line alone over the budget
+    gets a batch of its own; the server's 413 then tells the caller to drop it."""
+    batches: list[list[Line]] = []
+    current: list[Line] = []
+    size = LOG_BODY_OVERHEAD
+    for line in lines:
+        length = encoded_size(log_item(line)) + 1  # the item and its comma
+        if current and (size + length > max_bytes or len(current) >= max_lines):
+            batches.append(current)
+            current, size = [], LOG_BODY_OVERHEAD
+        current.append(line)
+        size += length
+    if current:
+        batches.append(current)
+    return batches
+
+
 def append_run_logs(
-    run_id: str, lines: Sequence[LogLine | tuple[str, str]], *, worker_id: str | None = None
+    run_id: str,
+    lines: Sequence[LogLine | tuple[str, str]],
+    *,
+    worker_id: str | None = None,
+    lease_token: str | None = None,
 ) -> RequestSpec[int]:
-    """Append ``(stream, text)`` lines to a run's log; answers how many were stored."""
-    items = [
-        {"stream": x.stream, "text": x.text} if isinstance(x, LogLine) else {"stream": x[0], "text": x[1]}
-        for x in lines
-    ]
+    """Append ``(stream, text)`` lines to a run's log (one request: see :func:`log_batches`); answers
+    how many were stored."""
     return RequestSpec(
         "POST",
         path(f"{V1}/workers/runs/{{}}/logs", run_id),
         _appended,
-        json=json_body(lines=items, worker_id=worker_id),
+        json=json_body(lines=[log_item(x) for x in lines], worker_id=worker_id, lease_token=lease_token),
         idempotent=True,  # at least once: a lost answer after the commit means a duplicated batch
         retries=LOG_RETRIES,
     )
@@ -160,13 +210,15 @@ def _secrets(response: httpx.Response) -> dict[str, str]:
     return {str(k): v for k, v in value.items()}
 
 
-def run_secrets(run_id: str, *, worker_id: str | None = None) -> RequestSpec[dict[str, str]]:
+def run_secrets(
+    run_id: str, *, worker_id: str | None = None, lease_token: str | None = None
+) -> RequestSpec[dict[str, str]]:
     """The values of the team secrets the claimed run references, ``{NAME: value}``."""
     return RequestSpec(
         "POST",
         path(f"{V1}/workers/runs/{{}}/secrets", run_id),
         _secrets,
-        json=json_body(worker_id=worker_id),
+        json=json_body(worker_id=worker_id, lease_token=lease_token),
         idempotent=True,  # read-only
         retries=SECRETS_RETRIES,
     )

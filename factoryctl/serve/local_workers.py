@@ -88,10 +88,15 @@ class StoreChannel:
         owner: str,
         lease_seconds: float,
         committed: Callable[[], None] = lambda: None,
+        *,
+        lease_token: str | None,
+        log_limits: queue.LogLimits = queue.DEFAULT_LOG_LIMITS,
     ) -> None:
         self.sessions, self.clock = sessions, clock
         self.run_id, self.owner, self.lease_seconds = run_id, owner, lease_seconds
         self.committed = committed  # after each commit: this replica's event streams look now
+        # The claim's token, presented like a self-hosted worker's (docs/workers.md, "Leases").
+        self.lease_token, self.log_limits = lease_token, log_limits
 
     async def heartbeat(self, *, start: bool) -> HeartbeatReply:
         try:
@@ -101,6 +106,7 @@ class StoreChannel:
                     self.clock,
                     self.run_id,
                     owner=self.owner,
+                    lease_token=self.lease_token,
                     lease_seconds=self.lease_seconds,
                     start=start,
                 )
@@ -114,7 +120,15 @@ class StoreChannel:
     async def send_logs(self, lines: Sequence[LogLine]) -> None:
         try:
             async with self.sessions() as session, session.begin():
-                await queue.append_logs(session, self.clock, self.run_id, lines, owner=self.owner)
+                await queue.append_logs(
+                    session,
+                    self.clock,
+                    self.run_id,
+                    lines,
+                    owner=self.owner,
+                    lease_token=self.lease_token,
+                    limits=self.log_limits,
+                )
         except (queue.NotLeaseHolder, NotFound) as exc:
             raise LeaseLost(str(exc)) from exc
         self.committed()
@@ -127,6 +141,7 @@ class StoreChannel:
                     self.clock,
                     self.run_id,
                     owner=self.owner,
+                    lease_token=self.lease_token,
                     state=outcome.state,
                     status_message=outcome.status_message,
                 )
@@ -135,11 +150,21 @@ class StoreChannel:
         self.committed()
 
 
-def store_channel(app: web.Application, run_id: str, owner: str, lease_seconds: float) -> StoreChannel:
-    """The channel of a service-hosted worker's run: the app's store, and its event streams woken after
-    every commit (docs/events.md, "In-process wake-up")."""
+def store_channel(
+    app: web.Application, run_id: str, owner: str, lease_seconds: float, lease_token: str | None
+) -> StoreChannel:
+    """The channel of a service-hosted worker's run: the app's store, the server's log caps, and its event
+    streams woken after every commit (docs/events.md, "In-process wake-up")."""
+    settings = app[SETTINGS]
     return StoreChannel(
-        app[SESSIONS], app[CLOCK], run_id, owner, lease_seconds, committed=lambda: notify_events(app)
+        app[SESSIONS],
+        app[CLOCK],
+        run_id,
+        owner,
+        lease_seconds,
+        committed=lambda: notify_events(app),
+        lease_token=lease_token,
+        log_limits=queue.LogLimits(settings.run_log_max_lines, settings.run_log_max_bytes),
     )
 
 
@@ -201,7 +226,7 @@ class ServiceWorker:
 
     async def execute(self, payload: dict[str, Any]) -> None:
         run, lease = payload["run"], float(payload["lease_seconds"])
-        channel = store_channel(self.app, str(run["run_id"]), self.owner, lease)
+        channel = store_channel(self.app, str(run["run_id"]), self.owner, lease, payload.get("lease_token"))
         try:
             # Secret values are read here, inside the worker, never in the claim answer.
             job = await job_for_claim(run, StoreSecrets(self.app[SESSIONS], self.app[BOX]), channel)

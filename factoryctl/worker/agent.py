@@ -44,7 +44,7 @@ from factoryctl.client import (
     ConflictError,
     retry_delay,
 )
-from factoryctl.client.worker_resources import RETRY_FOREVER, conflict_run_state
+from factoryctl.client.worker_resources import RETRY_FOREVER, conflict_run_state, log_batches
 from factoryctl.worker.errors import EnvironmentSetupFailed, LeaseLost, WorkerRefused
 from factoryctl.worker.execution import ExecutionSettings, HeartbeatReply, LogLine, execute, job_for_claim
 from factoryctl.worker.job import Outcome
@@ -55,7 +55,7 @@ T = TypeVar("T")
 log = logging.getLogger("factoryctl.worker")
 USER_AGENT = "factoryctl-worker"
 REQUEST_TIMEOUT = 30.0  # per attempt; a claim's read timeout is its wait plus 15 s
-LOG_BATCH = 500  # lines per request (the server takes at most 1000)
+TOO_LARGE = 413  # a log batch over the server's per-request limit: split it (docs/workers.md, "Log limits")
 REFUSED = frozenset({401, 403})  # the key, not the request: fatal for every call
 LEASE_GONE = frozenset({404, 409})  # on a run's call: the run is not ours any more
 
@@ -238,7 +238,7 @@ class RemoteWorker:
         run = claim.run.raw  # the run as sent: environment, MCP servers, skill body and all
         run_id = claim.run.run_id
         lease = claim.lease_seconds or 30.0
-        channel = HttpChannel(self, run_id)
+        channel = HttpChannel(self, run_id, claim.lease_token)
         settings = dataclasses.replace(self.settings, heartbeat_seconds=max(0.2, min(lease / 3, 5.0)))
         self.running.add(run_id)
         try:
@@ -278,15 +278,19 @@ class RemoteWorker:
 class HttpChannel:
     """:class:`factoryctl.worker.execution.RunChannel` over the worker HTTP API."""
 
-    def __init__(self, worker: RemoteWorker, run_id: str) -> None:
+    def __init__(self, worker: RemoteWorker, run_id: str, lease_token: str | None = None) -> None:
         self.worker = worker
         self.run_id = run_id
+        self.lease_token = lease_token  # the claim's: presented on every call (docs/workers.md, "Leases")
 
     async def heartbeat(self, *, start: bool) -> HeartbeatReply:
         beat = await self.worker.call_for_run(
             self.run_id,
             self.worker.api.workers.heartbeat(
-                self.run_id, state="INPROGRESS" if start else None, worker_id=self.worker.worker_id
+                self.run_id,
+                state="INPROGRESS" if start else None,
+                worker_id=self.worker.worker_id,
+                lease_token=self.lease_token,
             ),
         )
         return HeartbeatReply(
@@ -296,12 +300,32 @@ class HttpChannel:
         )
 
     async def send_logs(self, lines: Sequence[LogLine]) -> None:
-        for start in range(0, len(lines), LOG_BATCH):
-            batch = lines[start : start + LOG_BATCH]
+        """Send ``lines`` in batches sized by encoded bytes; a batch the server still finds too large
+        (413) is split in two, and a single line it refuses is replaced by a marker line saying so."""
+        for batch in log_batches(lines):
+            await self._send_batch(list(batch))
+
+    async def _send_batch(self, batch: list[LogLine], *, split: bool = True) -> None:
+        try:
             await self.worker.call_for_run(
                 self.run_id,
-                self.worker.api.workers.append_logs(self.run_id, batch, worker_id=self.worker.worker_id),
+                self.worker.api.workers.append_logs(
+                    self.run_id, batch, worker_id=self.worker.worker_id, lease_token=self.lease_token
+                ),
             )
+        except APIStatusError as exc:
+            if exc.status_code != TOO_LARGE or not split:
+                raise
+            if len(batch) > 1:
+                half = len(batch) // 2
+                await self._send_batch(batch[:half])
+                await self._send_batch(batch[half:])
+                return
+            text = batch[0][1]
+            marker = (
+                f"[an output line of {len(text)} characters was dropped: the server refused it as too large]"
+            )
+            await self._send_batch([("system", marker)], split=False)
 
     async def report(self, outcome: Outcome) -> None:
         """Report the final state; a 409 naming that very state means an earlier attempt landed."""
@@ -310,6 +334,7 @@ class HttpChannel:
             outcome.state,
             status_message=outcome.status_message,
             worker_id=self.worker.worker_id,
+            lease_token=self.lease_token,
         )
         try:
             await self.worker.call_for_run(self.run_id, call)
@@ -327,7 +352,10 @@ class HttpChannel:
         """
         try:
             return await self.worker.call_for_run(
-                run_id, self.worker.api.workers.secrets(run_id, worker_id=self.worker.worker_id)
+                run_id,
+                self.worker.api.workers.secrets(
+                    run_id, worker_id=self.worker.worker_id, lease_token=self.lease_token
+                ),
             )
         except APIError as exc:
             raise EnvironmentSetupFailed(

@@ -42,9 +42,17 @@ async def new_run(client: TestClient[Any, Any], key: str) -> str:
     return run_id
 
 
+TOKENS: dict[str, str] = {}  # run id -> the lease token of its claim, presented by every later call
+
+
 async def worker(client: TestClient[Any, Any], key: str, path: str, body: dict[str, Any]) -> None:
-    resp = await client.post(f"{WORKERS}{path}", json={"worker_id": "wk-1", **body}, headers=h(key))
+    run_id = path.split("/")[2] if path.startswith("/runs/") else None
+    token = {"lease_token": TOKENS[run_id]} if run_id in TOKENS else {}
+    resp = await client.post(f"{WORKERS}{path}", json={"worker_id": "wk-1", **token, **body}, headers=h(key))
     assert resp.status in (200, 204), await resp.text()
+    if path == "/claim" and resp.status == 200:
+        answer = await resp.json()
+        TOKENS[answer["run"]["run_id"]] = answer["lease_token"]
 
 
 async def start(client: TestClient[Any, Any], key: str, run_id: str) -> None:

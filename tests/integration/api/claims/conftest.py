@@ -4,7 +4,7 @@ the parent conftest (``make_key``, ``worker_key``...).
 ``new_run(worker_host="", prompt=..., team="default", clock=None, agent_config=None,
 attachments=())`` queues a run with :func:`builders.run` (:func:`api.runs.records.create_run`) and
 returns its id.
-``worker_app(lifecycles=(), **settings)`` builds the app with the run and worker routes.
+``worker_app(lifecycles=(), clock=None, **settings)`` builds the app with the run and worker routes.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import Lifecycle, create_app
 from api.context import ServerSettings
+from store.clock import Clock
 from store.crypto import SecretBox
 from store.models import Run
 
@@ -41,12 +42,15 @@ def new_run(seed_run: Callable[..., Awaitable[str]]) -> NewRun:
 
 @pytest.fixture
 def worker_app(engine: AsyncEngine, box: SecretBox, tmp_path: Path) -> Callable[..., web.Application]:
-    def build(lifecycles: Sequence[Lifecycle] = (), **settings: Any) -> web.Application:
+    def build(
+        lifecycles: Sequence[Lifecycle] = (), clock: Clock | None = None, **settings: Any
+    ) -> web.Application:
         return create_app(
             # Not tmp_path itself: service-hosted workspaces under tmp_path must stay outside it.
             ServerSettings(data_dir=tmp_path / "data", **settings),
             engine,
             box,
+            clock=clock,
             lifecycles=lifecycles,
             route_modules=ROUTES,
         )

@@ -31,14 +31,26 @@ async def reap(sessions, clock) -> int:
         return await queue.reap_expired_leases(s, clock)
 
 
+async def current_token(sessions, run_id):
+    """The run's current lease token: what its genuine holder got with the claim."""
+    async with sessions() as s:
+        return await s.scalar(select(Run.lease_token).where(Run.run_id == run_id))
+
+
 async def beat(sessions, clock, run_id, owner="w1", start=False):
+    token = await current_token(sessions, run_id)
     async with sessions() as s, s.begin():
-        return await queue.heartbeat(s, clock, run_id, owner=owner, lease_seconds=LEASE, start=start)
+        return await queue.heartbeat(
+            s, clock, run_id, owner=owner, lease_token=token, lease_seconds=LEASE, start=start
+        )
 
 
 async def report(sessions, clock, run_id, state, owner="w1", message=None):
+    token = await current_token(sessions, run_id)
     async with sessions() as s, s.begin():
-        run = await queue.report_state(s, clock, run_id, owner=owner, state=state, status_message=message)
+        run = await queue.report_state(
+            s, clock, run_id, owner=owner, lease_token=token, state=state, status_message=message
+        )
         return run.state
 
 
@@ -278,12 +290,49 @@ async def test_logs_only_from_the_lease_holder(sessions, new_run) -> None:
     clock = ManualClock()
     run_id = await new_run(clock=clock)
     await claim(sessions, clock, [""])
+    token = await current_token(sessions, run_id)
     async with sessions() as s, s.begin():
-        assert await queue.append_logs(s, clock, run_id, [("stdout", "a"), ("stderr", "b")], owner="w1") == 2
+        lines = [("stdout", "a"), ("stderr", "b")]
+        assert await queue.append_logs(s, clock, run_id, lines, owner="w1", lease_token=token) == 2
     with pytest.raises(queue.NotLeaseHolder):
         async with sessions() as s, s.begin():
-            await queue.append_logs(s, clock, run_id, [("stdout", "x")], owner="intruder")
+            await queue.append_logs(s, clock, run_id, [("stdout", "x")], owner="intruder", lease_token=token)
+    with pytest.raises(queue.NotLeaseHolder):  # the right owner without the claim's token
+        async with sessions() as s, s.begin():
+            await queue.append_logs(s, clock, run_id, [("stdout", "x")], owner="w1")
     async with sessions() as s:
         team = await builders.team(s)
         lines, more = await runs.list_logs(s, team.id, run_id, after=0, limit=10)
     assert [(x.stream, x.text) for x in lines] == [("stdout", "a"), ("stderr", "b")] and not more
+
+
+async def test_a_stale_holder_of_an_earlier_attempt_is_refused(sessions, new_run, get_run) -> None:
+    """Same owner (one key and worker ID shared by --concurrency slots), two attempts: only the current
+    claim's lease token acts on the run (docs/workers.md, "Leases")."""
+    clock = ManualClock()
+    run_id = await new_run(clock=clock)
+    assert await claim(sessions, clock, [""], owner="w1") == run_id
+    first = await current_token(sessions, run_id)
+    clock.advance(LEASE + 1)
+    assert await reap(sessions, clock) == 1  # attempt 1's lease lapsed before it started: QUEUED again
+    assert await claim(sessions, clock, [""], owner="w1") == run_id  # attempt 2, same owner
+    second = await current_token(sessions, run_id)
+    assert first and second and first != second and (await get_run(run_id)).attempt == 2
+
+    for call in (
+        lambda s: queue.report_state(s, clock, run_id, owner="w1", lease_token=first, state="SUCCEEDED"),
+        lambda s: queue.heartbeat(s, clock, run_id, owner="w1", lease_token=first, lease_seconds=LEASE),
+        lambda s: queue.append_logs(s, clock, run_id, [("stdout", "x")], owner="w1", lease_token=first),
+    ):
+        with pytest.raises(queue.NotLeaseHolder):
+            async with sessions() as s, s.begin():
+                await call(s)
+    run = await get_run(run_id)
+    assert (run.state, run.finished_at, run.log_lines) == ("CLAIMED", None, 0)
+    async with sessions() as s, s.begin():
+        beat = await queue.heartbeat(
+            s, clock, run_id, owner="w1", lease_token=second, lease_seconds=LEASE, start=True
+        )
+    assert beat.state == "INPROGRESS"
+    assert await report(sessions, clock, run_id, "SUCCEEDED") == "SUCCEEDED"
+    assert (await get_run(run_id)).lease_token is None  # released with the lease

@@ -56,7 +56,7 @@ async def webhook_and_run_secrets(sessions: async_sessionmaker[AsyncSession], bo
 
 
 def mcp(secret: str) -> dict[str, Any]:
-    return {"x": {"command": "x-mcp", "env": {"A": f"secret:{secret}"}}}
+    return {"x": {"url": "https://x.example/mcp", "headers": {"A": f"secret:{secret}"}}}
 
 
 async def claim_and_read(client: Any, worker: str, run_id: str) -> dict[str, Any]:
@@ -64,9 +64,12 @@ async def claim_and_read(client: Any, worker: str, run_id: str) -> dict[str, Any
         CLAIM, json={"worker_host": "myhost", "wait_seconds": 0, "worker_id": "wk"}, headers=auth(worker)
     )
     assert resp.status == 200, await resp.text()
-    assert (await resp.json())["run"]["run_id"] == run_id
+    claimed = await resp.json()
+    assert claimed["run"]["run_id"] == run_id
     resp = await client.post(
-        f"/api/v1/workers/runs/{run_id}/secrets", json={"worker_id": "wk"}, headers=auth(worker)
+        f"/api/v1/workers/runs/{run_id}/secrets",
+        json={"worker_id": "wk", "lease_token": claimed["lease_token"]},
+        headers=auth(worker),
     )
     assert resp.status == 200
     body: dict[str, Any] = await resp.json()
@@ -92,7 +95,7 @@ async def test_a_member_cannot_pipe_a_webhook_secret_to_a_worker_it_picks(
         resp = await client.post(RUNS, json=attack, headers=auth(key))
         problem = await resp.json()
         assert resp.status == 422, problem
-        assert problem["errors"] == [{"field": "config.mcp_servers.x.env.A", "message": message}]
+        assert problem["errors"] == [{"field": "config.mcp_servers.x.headers.A", "message": message}]
         assert HOOK_VALUE not in json.dumps(problem)
     # Through an environment too.
     leaky = {"prompt": "p", "config": {"environment_id": "leaky", "worker_host": "myhost"}}
@@ -122,7 +125,7 @@ async def test_a_stored_run_naming_a_webhook_secret_gets_no_value(
     client = await aiohttp_client(worker_app())
     worker = await make_key("worker", worker_hosts=["myhost"])
     await webhook_and_run_secrets(sessions, box)
-    servers = {**mcp(HOOK_SECRET), "ok": {"command": "y", "env": {"B": "secret:GH_TOKEN"}}}
+    servers = {**mcp(HOOK_SECRET), "ok": {"url": "https://y.example", "headers": {"B": "secret:GH_TOKEN"}}}
     run_id = await new_run(
         worker_host="myhost", agent_config={"mcp_servers": servers, "environment_id": "leaky"}
     )

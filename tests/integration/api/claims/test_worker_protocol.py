@@ -88,11 +88,15 @@ async def test_heartbeat_state_and_logs(aiohttp_client, worker_app, make_key, ne
     key = await make_key("worker", worker_hosts=["myhost"])
     member = await make_key("member")
     run_id = await new_run(worker_host="myhost")
-    assert (await claim(client, key)).status == 200
+    resp = await claim(client, key)
+    assert resp.status == 200
+    token = (await resp.json())["lease_token"]
     base = f"/api/v1/workers/runs/{run_id}"
 
     resp = await client.post(
-        f"{base}/heartbeat", json={"state": "INPROGRESS", "worker_id": "wk-1"}, headers=auth(key)
+        f"{base}/heartbeat",
+        json={"state": "INPROGRESS", "worker_id": "wk-1", "lease_token": token},
+        headers=auth(key),
     )
     assert resp.status == 200
     body = await resp.json()
@@ -107,25 +111,35 @@ async def test_heartbeat_state_and_logs(aiohttp_client, worker_app, make_key, ne
     followup_id = (await resp.json())["followup_id"]
     assert (await client.post(f"{runs}/{run_id}/cancel", headers=auth(member))).status == 200
     body = await (
-        await client.post(f"{base}/heartbeat", json={"worker_id": "wk-1"}, headers=auth(key))
+        await client.post(
+            f"{base}/heartbeat", json={"worker_id": "wk-1", "lease_token": token}, headers=auth(key)
+        )
     ).json()
     assert body["cancel_requested"] is True
     assert body["followups"] == [{"followup_id": followup_id, "message": "also add tests", "mode": None}]
     body = await (
-        await client.post(f"{base}/heartbeat", json={"worker_id": "wk-1"}, headers=auth(key))
+        await client.post(
+            f"{base}/heartbeat", json={"worker_id": "wk-1", "lease_token": token}, headers=auth(key)
+        )
     ).json()
     assert body["followups"] == []
 
     lines = {
         "worker_id": "wk-1",
+        "lease_token": token,
         "lines": [{"stream": "stdout", "text": "working"}, {"stream": "stderr", "text": "oops"}],
     }
     resp = await client.post(f"{base}/logs", json=lines, headers=auth(key))
     assert resp.status == 200 and (await resp.json())["appended"] == 2
-    bad = {"worker_id": "wk-1", "lines": [{"stream": "elsewhere", "text": "x"}]}
+    bad = {"worker_id": "wk-1", "lease_token": token, "lines": [{"stream": "elsewhere", "text": "x"}]}
     assert (await client.post(f"{base}/logs", json=bad, headers=auth(key))).status == 422
 
-    state = {"worker_id": "wk-1", "state": "CANCELLED", "status_message": {"message": "run cancelled"}}
+    state = {
+        "worker_id": "wk-1",
+        "lease_token": token,
+        "state": "CANCELLED",
+        "status_message": {"message": "run cancelled"},
+    }
     resp = await client.post(f"{base}/state", json=state, headers=auth(key))
     assert resp.status == 200 and (await resp.json())["state"] == "CANCELLED"
 
@@ -135,7 +149,7 @@ async def test_heartbeat_state_and_logs(aiohttp_client, worker_app, make_key, ne
     assert [(x["stream"], x["text"]) for x in logs["logs"]] == [("stdout", "working"), ("stderr", "oops")]
 
     # the run is finished: further reports conflict
-    again = {"worker_id": "wk-1", "state": "SUCCEEDED"}
+    again = {"worker_id": "wk-1", "lease_token": token, "state": "SUCCEEDED"}
     resp = await client.post(f"{base}/state", json=again, headers=auth(key))
     assert resp.status == 409 and (await resp.json())["error_code"] == "conflict"
 
@@ -147,23 +161,35 @@ async def test_only_the_lease_owner_may_report(aiohttp_client, worker_app, make_
     stranger = await make_key("worker", worker_hosts=["otherhost"])
     foreign = await make_key("worker", worker_hosts=["myhost"], team="other-team")
     run_id = await new_run(worker_host="myhost")
-    assert (await claim(client, key, worker_id="wk-1")).status == 200
+    resp = await claim(client, key, worker_id="wk-1")
+    assert resp.status == 200
+    token = (await resp.json())["lease_token"]
     base = f"/api/v1/workers/runs/{run_id}"
-    report = {"state": "INPROGRESS"}
+    report = {"state": "INPROGRESS", "lease_token": token}
 
     resp = await client.post(f"{base}/state", json={**report, "worker_id": "wk-2"}, headers=auth(key))
     assert resp.status == 409  # same key, another worker process
-    resp = await client.post(f"{base}/state", json={**report, "worker_id": "wk-1"}, headers=auth(twin))
+    resp = await client.post(
+        f"{base}/state", json={**report, "worker_id": "wk-1", "lease_token": token}, headers=auth(twin)
+    )
     assert resp.status == 409  # another key of the same host
-    resp = await client.post(f"{base}/heartbeat", json={"worker_id": "wk-1"}, headers=auth(stranger))
+    resp = await client.post(
+        f"{base}/heartbeat", json={"worker_id": "wk-1", "lease_token": token}, headers=auth(stranger)
+    )
     assert resp.status == 403  # a key for another host
-    resp = await client.post(f"{base}/heartbeat", json={"worker_id": "wk-1"}, headers=auth(foreign))
+    resp = await client.post(
+        f"{base}/heartbeat", json={"worker_id": "wk-1", "lease_token": token}, headers=auth(foreign)
+    )
     assert resp.status == 404  # another team's run does not exist
     resp = await client.post(
-        f"{base}/state", json={"state": "QUEUED", "worker_id": "wk-1"}, headers=auth(key)
+        f"{base}/state",
+        json={"state": "QUEUED", "worker_id": "wk-1", "lease_token": token},
+        headers=auth(key),
     )
     assert resp.status == 422
-    resp = await client.post(f"{base}/state", json={**report, "worker_id": "wk-1"}, headers=auth(key))
+    resp = await client.post(
+        f"{base}/state", json={**report, "worker_id": "wk-1", "lease_token": token}, headers=auth(key)
+    )
     assert resp.status == 200 and (await resp.json())["state"] == "INPROGRESS"
 
 

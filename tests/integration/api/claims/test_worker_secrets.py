@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from conftest import MakeKey, NewRun
 
 CLAIM = "/api/v1/workers/claim"
-MCP = {"github": {"command": "gh-mcp", "env": {"GITHUB_TOKEN": "secret:GH_TOKEN"}}}
+MCP = {"github": {"warp_id": "github"}}  # a reference to the environment's server (docs/agent-config.md)
+SERVERS = {"github": {"command": "gh-mcp", "env": {"GITHUB_TOKEN": "secret:GH_TOKEN"}}}
 
 
 def auth(key: str) -> dict[str, str]:
@@ -93,7 +94,9 @@ async def test_secrets_endpoint_answers_the_lease_holder_only_the_runs_own_secre
         },
     )
     await add_secrets(sessions, box, {"GH_TOKEN": "foreign_team_value"}, team="other-team")
-    await add_environment(sessions, "backend", {"env": {"A": "1"}, "secrets": ["db-password"]})
+    await add_environment(
+        sessions, "backend", {"env": {"A": "1"}, "secrets": ["db-password"], "mcpServers": SERVERS}
+    )
     mine = await new_run(worker_host="myhost", agent_config={"mcp_servers": MCP, "environment_id": "backend"})
     other = await new_run(
         worker_host="myhost",
@@ -104,35 +107,49 @@ async def test_secrets_endpoint_answers_the_lease_holder_only_the_runs_own_secre
     assert status == 409  # queued: nobody holds the lease yet
     claimed = await claim(client, key)
     assert claimed is not None and claimed["run"]["run_id"] == mine
+    token = claimed["lease_token"]
     assert "ghp_value_1234" not in json.dumps(claimed)  # the claim never carries values
 
     # the answer is computed from the run; names in the request are ignored
-    status, body = await secrets(client, key, mine, {"worker_id": "wk-1", "names": ["OTHER", "UNUSED"]})
+    status, body = await secrets(
+        client, key, mine, {"worker_id": "wk-1", "lease_token": token, "names": ["OTHER", "UNUSED"]}
+    )
     assert status == 200
     assert body == {"secrets": {"GH_TOKEN": "ghp_value_1234", "db-password": "pw_value_5678"}}
 
-    assert (await secrets(client, key, mine, {"worker_id": "wk-2"}))[0] == 409  # same key, other process
-    assert (await secrets(client, twin, mine, {"worker_id": "wk-1"}))[0] == 409  # another key
-    assert (await secrets(client, stranger, mine, {"worker_id": "wk-1"}))[0] == 403  # another host
-    status, body = await secrets(client, foreign, mine, {"worker_id": "wk-1"})
+    assert (await secrets(client, key, mine, {"worker_id": "wk-2", "lease_token": token}))[
+        0
+    ] == 409  # same key, other process
+    assert (await secrets(client, twin, mine, {"worker_id": "wk-1", "lease_token": token}))[
+        0
+    ] == 409  # another key
+    assert (await secrets(client, stranger, mine, {"worker_id": "wk-1", "lease_token": token}))[
+        0
+    ] == 403  # another host
+    status, body = await secrets(client, foreign, mine, {"worker_id": "wk-1", "lease_token": token})
     assert status == 404 and "foreign_team_value" not in json.dumps(body)
-    assert (await secrets(client, key, other, {"worker_id": "wk-1"}))[0] == 409  # not claimed by us
+    assert (await secrets(client, key, other, {"worker_id": "wk-1", "lease_token": token}))[
+        0
+    ] == 409  # not claimed by us
 
     # the other run's holder gets only the other run's secret
-    assert (await claim(client, key, worker_id="wk-9"))["run"]["run_id"] == other  # type: ignore[index]
-    status, body = await secrets(client, key, other, {"worker_id": "wk-9"})
+    nine = await claim(client, key, worker_id="wk-9")
+    assert nine is not None and nine["run"]["run_id"] == other
+    status, body = await secrets(
+        client, key, other, {"worker_id": "wk-9", "lease_token": nine["lease_token"]}
+    )
     assert (status, body) == (200, {"secrets": {"OTHER": "other_9999"}})
 
     # a secret deleted since creation is left out; a finished run answers 409
     async with sessions() as s, s.begin():
         team = await builders.team(s)
         await secret_store.delete_secret(s, team.id, "db-password")
-    status, body = await secrets(client, key, mine, {"worker_id": "wk-1"})
+    status, body = await secrets(client, key, mine, {"worker_id": "wk-1", "lease_token": token})
     assert (status, body) == (200, {"secrets": {"GH_TOKEN": "ghp_value_1234"}})
-    report = {"state": "FAILED", "worker_id": "wk-1"}
+    report = {"state": "FAILED", "worker_id": "wk-1", "lease_token": token}
     resp = await client.post(f"/api/v1/workers/runs/{mine}/state", json=report, headers=auth(key))
     assert resp.status == 200
-    assert (await secrets(client, key, mine, {"worker_id": "wk-1"}))[0] == 409
+    assert (await secrets(client, key, mine, {"worker_id": "wk-1", "lease_token": token}))[0] == 409
 
 
 async def test_http_claim_resolves_a_skill_the_run_was_created_without(
@@ -182,7 +199,12 @@ async def test_remote_worker_injects_environment_and_mcp_secrets_and_redacts_the
     await add_environment(
         sessions,
         "backend",
-        {"env": {"APP_MODE": "test"}, "secrets": ["db-password"], "setup": ["cat .mcp.json"]},
+        {
+            "env": {"APP_MODE": "test"},
+            "secrets": ["db-password"],
+            "setup": ["cat .mcp.json"],
+            "mcpServers": SERVERS,
+        },
     )
     dump = tmp_path / "dump"
     command = f"env > {dump}.env; cp .mcp.json {dump}.mcp; echo db=$db_password; cat .mcp.json"

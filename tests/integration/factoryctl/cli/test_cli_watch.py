@@ -17,6 +17,7 @@ from live_servers import LiveServer
 from factoryctl.client import AsyncFactoryClient, FactoryClient
 
 WORKER = "wk-watch"
+TOKENS: dict[str, str | None] = {}  # run id -> the lease token its claim answered
 
 
 def start_run(api: FactoryClient) -> str:
@@ -24,13 +25,16 @@ def start_run(api: FactoryClient) -> str:
     run_id = api.runs.create("watch me").run_id
     claim = api.workers.claim("", worker_id=WORKER)
     assert claim is not None and claim.run.run_id == run_id
-    api.workers.heartbeat(run_id, state="INPROGRESS", worker_id=WORKER)
+    TOKENS[run_id] = claim.lease_token
+    api.workers.heartbeat(run_id, state="INPROGRESS", worker_id=WORKER, lease_token=claim.lease_token)
     return run_id
 
 
 def finish(api: FactoryClient, run_id: str, state: str) -> None:
-    api.workers.append_logs(run_id, [("stdout", "building"), ("stderr", "warning: x")], worker_id=WORKER)
-    api.workers.report_state(run_id, state, status_message="all done", worker_id=WORKER)
+    token = TOKENS[run_id]
+    lines = [("stdout", "building"), ("stderr", "warning: x")]
+    api.workers.append_logs(run_id, lines, worker_id=WORKER, lease_token=token)
+    api.workers.report_state(run_id, state, status_message="all done", worker_id=WORKER, lease_token=token)
 
 
 @pytest.mark.parametrize(("state", "code"), [("SUCCEEDED", 0), ("FAILED", 1)])

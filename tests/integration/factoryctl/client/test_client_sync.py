@@ -260,13 +260,18 @@ def test_worker_protocol(live: LiveServer) -> None:
         worker = admin
         claim = worker.workers.claim(host, wait_seconds=5, worker_id="w1")
         assert claim is not None and claim.run.run_id == run_id and claim.run.prompt == "work"
-        beat = worker.workers.heartbeat(run_id, state="INPROGRESS", worker_id="w1")
+        token = claim.lease_token
+        beat = worker.workers.heartbeat(run_id, state="INPROGRESS", worker_id="w1", lease_token=token)
         assert beat.state == "INPROGRESS" and not beat.cancel_requested
         assert (
-            worker.workers.append_logs(run_id, [("stdout", "line 1"), ("stderr", "line 2")], worker_id="w1")
+            worker.workers.append_logs(
+                run_id, [("stdout", "line 1"), ("stderr", "line 2")], worker_id="w1", lease_token=token
+            )
             == 2
         )
-        done = worker.workers.report_state(run_id, "SUCCEEDED", status_message="ok", worker_id="w1")
+        done = worker.workers.report_state(
+            run_id, "SUCCEEDED", status_message="ok", worker_id="w1", lease_token=token
+        )
         assert done.state == "SUCCEEDED"
         logs = admin.runs.logs(run_id)
         assert [(x.stream, x.text) for x in logs.logs] == [("stdout", "line 1"), ("stderr", "line 2")]

@@ -38,12 +38,18 @@ async def client(proxy: LossyProxy, store: Store) -> AsyncIterator[AsyncFactoryC
         yield api
 
 
+TOKENS: dict[str, str | None] = {}  # run id -> the lease token its claim answered
+
+
 async def claimed(client: AsyncFactoryClient, store: Store, *, start: bool = True) -> str:
     run_id = await store.new_run(HOST)
     claim = await client.workers.claim(HOST, worker_id=WID)
     assert claim is not None and claim.run.run_id == run_id
+    TOKENS[run_id] = claim.lease_token
     if start:
-        await client.workers.heartbeat(run_id, state="INPROGRESS", worker_id=WID)
+        await client.workers.heartbeat(
+            run_id, state="INPROGRESS", worker_id=WID, lease_token=claim.lease_token
+        )
     return run_id
 
 
@@ -70,19 +76,23 @@ async def test_heartbeats_are_not_repeated_but_a_start_is(
 ) -> None:
     run_id = await claimed(client, store, start=False)
     proxy.refuse("/heartbeat", 2)
-    beat = await client.workers.heartbeat(run_id, state="INPROGRESS", worker_id=WID)
+    beat = await client.workers.heartbeat(
+        run_id, state="INPROGRESS", worker_id=WID, lease_token=TOKENS[run_id]
+    )
     assert beat.state == "INPROGRESS" and proxy.hits["/heartbeat"] == 3
 
     proxy.refuse("/heartbeat", 1)
     with pytest.raises(InternalServerError):
-        await client.workers.heartbeat(run_id, worker_id=WID)
+        await client.workers.heartbeat(run_id, worker_id=WID, lease_token=TOKENS[run_id])
     assert proxy.hits["/heartbeat"] == 1  # the next beat is the retry
 
     proxy.lose_answer("/heartbeat")
     with pytest.raises(APIConnectionError):
-        await client.workers.heartbeat(run_id, worker_id=WID)
+        await client.workers.heartbeat(run_id, worker_id=WID, lease_token=TOKENS[run_id])
     assert proxy.hits["/heartbeat"] == 1
-    assert (await client.workers.heartbeat(run_id, worker_id=WID)).state == "INPROGRESS"
+    assert (
+        await client.workers.heartbeat(run_id, worker_id=WID, lease_token=TOKENS[run_id])
+    ).state == "INPROGRESS"
 
 
 async def test_a_repeated_start_after_a_lost_answer_is_harmless(
@@ -90,7 +100,9 @@ async def test_a_repeated_start_after_a_lost_answer_is_harmless(
 ) -> None:
     run_id = await claimed(client, store, start=False)
     proxy.lose_answer("/heartbeat")
-    beat = await client.workers.heartbeat(run_id, state="INPROGRESS", worker_id=WID)
+    beat = await client.workers.heartbeat(
+        run_id, state="INPROGRESS", worker_id=WID, lease_token=TOKENS[run_id]
+    )
     assert beat.state == "INPROGRESS" and proxy.hits["/heartbeat"] == 2
     assert (await store.run(run_id)).state == "INPROGRESS"
 
@@ -100,13 +112,17 @@ async def test_a_report_is_repeated_until_it_lands_and_once_only(
 ) -> None:
     run_id = await claimed(client, store)
     proxy.refuse("/state", 3)
-    done = await client.workers.report_state(run_id, "SUCCEEDED", status_message="ok", worker_id=WID)
+    done = await client.workers.report_state(
+        run_id, "SUCCEEDED", status_message="ok", worker_id=WID, lease_token=TOKENS[run_id]
+    )
     assert done.state == "SUCCEEDED" and proxy.hits["/state"] == 4
 
     lost = await claimed(client, store)
     proxy.lose_answer("/state")
     with pytest.raises(ConflictError) as refused:
-        await client.workers.report_state(lost, "FAILED", status_message="broke", worker_id=WID)
+        await client.workers.report_state(
+            lost, "FAILED", status_message="broke", worker_id=WID, lease_token=TOKENS[lost]
+        )
     assert proxy.hits["/state"] == 2  # it landed, the answer was lost, the repeat was refused ...
     assert conflict_run_state(refused.value) == "FAILED"  # ... naming the state it recorded
     run = await store.run(lost)
@@ -119,7 +135,10 @@ async def test_a_lost_log_answer_stores_the_batch_twice(
     run_id = await claimed(client, store)
     proxy.lose_answer("/logs")
     assert (
-        await client.workers.append_logs(run_id, [("stdout", "one"), ("stderr", "two")], worker_id=WID) == 2
+        await client.workers.append_logs(
+            run_id, [("stdout", "one"), ("stderr", "two")], worker_id=WID, lease_token=TOKENS[run_id]
+        )
+        == 2
     )
     assert proxy.hits["/logs"] == 2  # at least once, by decision: a duplicate beats a gap
     assert await store.logs(run_id) == [("stdout", "one"), ("stderr", "two")] * 2
@@ -129,5 +148,7 @@ async def test_secrets_are_repeated(client: AsyncFactoryClient, proxy: LossyProx
     run_id = await claimed(client, store)
     proxy.refuse("/secrets", 2)
     proxy.lose_answer("/secrets")
-    assert await client.workers.secrets(run_id, worker_id=WID) == {}  # read-only: always safe
+    assert (
+        await client.workers.secrets(run_id, worker_id=WID, lease_token=TOKENS[run_id]) == {}
+    )  # read-only: always safe
     assert proxy.hits["/secrets"] == 4

@@ -1,0 +1,34 @@
+"""run lease token and log counters
+
+Revision ID: 0009
+Revises: 0008
+Create Date: 2026-11-26 06:30:00.000000
+
+``runs.lease_token``: the random token of the current claim; every worker call presents it, so a stale
+holder of an earlier attempt is refused (docs/workers.md, "Leases"). ``runs.log_lines``/``log_bytes``/
+``log_dropped``: what the run's log holds and what its caps refused (docs/workers.md, "Log limits").
+Existing runs start at zero. Plain ``ADD COLUMN`` on both backends: no table is rebuilt.
+"""
+from alembic import op
+import sqlalchemy as sa
+
+
+revision = '0009'
+down_revision = '0008'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column('runs', sa.Column('lease_token', sa.String(length=64), nullable=True))
+    op.add_column('runs', sa.Column('log_lines', sa.Integer(), server_default='0', nullable=False))
+    op.add_column('runs', sa.Column('log_bytes', sa.BigInteger(), server_default='0', nullable=False))
+    op.add_column('runs', sa.Column('log_dropped', sa.Integer(), server_default='0', nullable=False))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('runs') as batch:
+        batch.drop_column('log_dropped')
+        batch.drop_column('log_bytes')
+        batch.drop_column('log_lines')
+        batch.drop_column('lease_token')
