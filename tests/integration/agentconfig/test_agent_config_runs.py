@@ -30,6 +30,13 @@ async def test_done_when_the_harness_receives_exactly_the_documented_workspace(c
             "setup": ["echo prepared > setup.txt"],
             "env": {"APP_MODE": "test"},
             "secrets": ["db-password"],
+            "mcpServers": {  # an admin's definition: the only place a command comes from
+                "github": {
+                    "command": "gh-mcp",
+                    "args": ["--stdio"],
+                    "env": {"GITHUB_TOKEN": "secret:GH_TOKEN"},
+                }
+            },
         },
     )
     config = {
@@ -37,7 +44,7 @@ async def test_done_when_the_harness_receives_exactly_the_documented_workspace(c
         "model_id": "claude-test-1",
         "environment_id": "backend",
         "mcp_servers": {
-            "github": {"command": "gh-mcp", "args": ["--stdio"], "env": {"GITHUB_TOKEN": "secret:GH_TOKEN"}},
+            "github": {"warp_id": "github"},
             "docs": {"url": "https://docs.example/mcp", "headers": {"X-Team": "core"}},
         },
     }
@@ -48,7 +55,7 @@ async def test_done_when_the_harness_receives_exactly_the_documented_workspace(c
     shown = run["agent_config"]
     assert shown["name"] == "triage-bot" and shown["skill_spec"] == "acme/skills:triage"
     assert shown["model_id"] == "claude-test-1" and shown["environment_id"] == "backend"
-    assert shown["mcp_servers"]["github"]["env"] == {"GITHUB_TOKEN": "secret:GH_TOKEN"}  # never the value
+    assert shown["mcp_servers"]["github"] == {"warp_id": "github"}  # the reference, never a secret value
     assert "ghp_supersecret123" not in json.dumps(run) and "You are the triage skill" not in json.dumps(run)
 
     dump = ctx.dumps / created["run_id"]
@@ -97,7 +104,7 @@ async def test_skill_by_path_and_explicit_name_wins(ctx: Ctx) -> None:
         ({"prompt": "p", "config": {"model_id": 3}}, "config.model_id", "must be a string"),
         ({"prompt": "p", "config": {"model": "x"}}, "config.model", "unknown config key"),
         (
-            {"prompt": "p", "config": {"mcp_servers": {"a": {"command": "x", "url": "https://x"}}}},
+            {"prompt": "p", "config": {"mcp_servers": {"a": {"warp_id": "x", "url": "https://x"}}}},
             "config.mcp_servers.a",
             "exactly one transport",
         ),
@@ -115,9 +122,11 @@ async def test_skill_by_path_and_explicit_name_wins(ctx: Ctx) -> None:
         (
             {
                 "prompt": "p",
-                "config": {"mcp_servers": {"a": {"command": "x", "env": {"T": "secret:MISSING"}}}},
+                "config": {
+                    "mcp_servers": {"a": {"url": "https://x.example", "headers": {"T": "secret:MISSING"}}}
+                },
             },
-            "config.mcp_servers.a.env.T",
+            "config.mcp_servers.a.headers.T",
             "team secret 'MISSING' does not exist",
         ),
     ],

@@ -139,7 +139,7 @@ async def test_run_responses_match_the_schemas(client: Any, member_key: str, wor
             "/api/v1/agent/run",
             json={
                 "prompt": "p",
-                "config": {"name": "n", "mcp_servers": {"s": {"warp_id": "w"}}},
+                "config": {"name": "n", "mcp_servers": {"s": {"url": "https://mcp.example/s"}}},
                 "metadata": {"k": "v"},
                 "attachments": [attachment],
             },

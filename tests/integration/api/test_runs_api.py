@@ -185,7 +185,7 @@ async def test_config_errors_are_422(client: Any, member_key: str) -> None:
         RUN,
         json={
             "prompt": "p",
-            "config": {"model": "x", "mcp_servers": {"s": {"url": "https://x", "command": "y"}}},
+            "config": {"model": "x", "mcp_servers": {"s": {"url": "https://x", "warp_id": "y"}}},
         },
         headers=h(member_key),
     )
