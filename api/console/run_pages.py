@@ -128,6 +128,10 @@ async def run_page(request: web.Request) -> web.StreamResponse:
     log = await _events_of(request, run_id)
     item = run_item(run, names[run.run_id])
     notice = NOTICES.get(request.query.get("done", ""))
+    # A run that finished between the two reads is not live: its terminal event is on the page already, and
+    # a stream after it would only answer 204 (docs/events.md, "Ordering and delivery").
+    states = [str((e.data or {}).get("state")) for e in log.others if e.kind == events.STATE]
+    live = run.state in LIVE_STATES and not (states and events.is_terminal(states[-1]))
     link = item["session_link"]  # a worker's text: only an http(s) address becomes a link
     return render(
         request,
@@ -154,8 +158,8 @@ async def run_page(request: web.Request) -> web.StreamResponse:
             ],
             "truncated": any(e.kind == events.TRUNCATED for e in log.others),
             "last_event": log.last_id,
-            "live": run.state in LIVE_STATES,
-            "cancellable": run.state in LIVE_STATES and not run.cancel_requested,
+            "live": live,
+            "cancellable": live and not run.cancel_requested,
             "notice": notice,
             "session_url": link
             if isinstance(link, str) and link.startswith(("https://", "http://"))

@@ -1,10 +1,11 @@
 """``GET /api/v1/agent/runs/{run_id}/events``: a run's event log as Server-Sent Events (docs/events.md).
 
 A stream replays the run's events after ``Last-Event-ID`` (or ``?after=``), then follows new ones until it
-has sent everything up to a terminal state. Delivery is "poll by id": the stream reads ``id > last`` for its
-run whenever the app's :class:`~api.runs.event_hub.EventHub` wakes it (docs/events.md, "Ordering and
-delivery"). The hub, the per-key cap, heartbeats and shutdown are shared with the team stream
-(:mod:`api.runs.team_stream`); :func:`setup` registers both.
+has sent everything up to a terminal state; a finished run with nothing after that id answers ``204``.
+Delivery is "poll by id": the stream reads ``id > last`` for its run whenever the app's
+:class:`~api.runs.event_hub.EventHub` wakes it (docs/events.md, "Ordering and delivery"). The hub, the
+per-key cap, heartbeats and shutdown are shared with the team stream (:mod:`api.runs.team_stream`);
+:func:`setup` registers both.
 """
 
 from __future__ import annotations
@@ -65,7 +66,13 @@ async def stream_run(request: web.Request, team_id: str, grant: Grant) -> web.St
     run_id = request.match_info["run_id"]
     after = _after(request)
     async with request.app[SESSIONS]() as session:
-        await runs.get_run(session, team_id, run_id)  # 404 for a missing or another team's run
+        run = await runs.get_run(session, team_id, run_id)  # 404 for a missing or another team's run
+        # Read after the run, as _follow does: a terminal run's terminal event is already readable.
+        over = events.is_terminal(run.state) and not await events.read_after(session, run_id, after, 1)
+    if over:
+        # Nothing will ever follow: 204 is what stops a browser's EventSource from reconnecting (a stream that
+        # ends with a 200 is reconnected to every retry interval; docs/events.md, "Ordering and delivery").
+        return web.Response(status=204, headers={"Cache-Control": "no-cache"})
 
     async def follow(writer: SseWriter) -> None:
         await _follow(request.app, writer, run_id, after)

@@ -170,6 +170,7 @@ class _Connections(Generic[E]):
     def __init__(self, stream: _Stream[E], after: str | None) -> None:
         self.stream, self.parser = stream, _Parser(stream.model, after)
         self.got_any = self.connected = False
+        self.over = False  # the server answered 204: nothing will ever follow (docs/events.md)
         self.error: Exception | None = None
 
     def request(self, http: httpx.Client | httpx.AsyncClient, options: ClientOptions) -> httpx.Request:
@@ -190,6 +191,8 @@ class _Connections(Generic[E]):
 
     def pause(self) -> float | None:
         """After a connection ended: the seconds to wait before reconnecting, or None when it is over."""
+        if self.over:
+            return None
         if not self.stream.done:
             self.stream.dropped(self.got_any, self.connected, self.error)
         if self.stream.done:
@@ -205,14 +208,14 @@ def follow_sync(
     sleep: Callable[[float], None],
 ) -> Generator[E, None, None]:
     conn = _Connections(stream, after)
-    while not stream.done:
+    while not stream.done and not conn.over:
         try:
             response = http.send(conn.request(http, options), stream=True)
             try:
                 if response.status_code >= 400:
                     response.read()
                     raise error_from_response(response)
-                conn.connected = True
+                conn.connected, conn.over = True, response.status_code == 204
                 for line in response.iter_lines():
                     if (event := conn.line(line)) is not None:
                         yield event
@@ -228,14 +231,14 @@ async def follow_async(
     http: httpx.AsyncClient, options: ClientOptions, stream: _Stream[E], after: str | None
 ) -> AsyncGenerator[E, None]:
     conn = _Connections(stream, after)
-    while not stream.done:
+    while not stream.done and not conn.over:
         try:
             response = await http.send(conn.request(http, options), stream=True)
             try:
                 if response.status_code >= 400:
                     await response.aread()
                     raise error_from_response(response)
-                conn.connected = True
+                conn.connected, conn.over = True, response.status_code == 204
                 async for line in response.aiter_lines():
                     if (event := conn.line(line)) is not None:
                         yield event

@@ -28,6 +28,11 @@ document.addEventListener("DOMContentLoaded", () => {
     source.close();
     if (live) live.hidden = true;
   };
+  // The server answers 204 when the run is over and nothing follows (docs/events.md): the browser then
+  // closes the source by itself; so does a stream whose session ended (the sign-in page is not a stream).
+  source.addEventListener("error", () => {
+    if (source.readyState === EventSource.CLOSED) stop();
+  });
 
   source.addEventListener("state", (message) => {
     const event = JSON.parse(message.data);
