@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from api.notifications.transport import NOT_ALLOWED, REFUSED
 from store.clock import rfc3339
 from store.models import NotificationAttempt, NotificationEndpoint, NotificationMessage
 
@@ -55,6 +56,15 @@ def message_json(row: NotificationMessage) -> dict[str, Any]:
     }
 
 
+def attempt_error(row: NotificationAttempt) -> str | None:
+    """A refused attempt says only that its destination is not allowed, as the transport records it now
+    (docs/notifications.md, "Where a notification may be sent"); rows recorded before that may carry
+    what a refused name resolved to, which is not shown."""
+    if row.outcome == REFUSED and not (row.error or "").startswith(NOT_ALLOWED):
+        return NOT_ALLOWED
+    return row.error
+
+
 def attempt_json(row: NotificationAttempt) -> dict[str, Any]:
     return {
         "attempt": row.attempt,
@@ -64,7 +74,7 @@ def attempt_json(row: NotificationAttempt) -> dict[str, Any]:
         "outcome": row.outcome,
         "response_status": row.response_status,
         "response_excerpt": row.response_excerpt,
-        "error": row.error,
+        "error": attempt_error(row),
         "next_attempt_at": rfc3339(row.next_attempt_at),
     }
 

@@ -21,6 +21,7 @@ import aiohttp
 import builders
 import pytest
 from aiohttp.test_utils import TestClient
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import ROUTE_MODULES, create_app
@@ -30,6 +31,7 @@ from api.notifications.transport import NOT_ALLOWED, DestinationRefused, Guarded
 from api.runs import records
 from store.clock import SystemClock
 from store.crypto import SecretBox
+from store.models import NotificationAttempt
 
 from .conftest import SETTINGS, whsec
 
@@ -213,3 +215,17 @@ async def test_the_connector_checks_the_address_of_every_connection(listener: Li
         with contextlib.suppress(aiohttp.ClientError):
             await session.post(url)
     assert listener.accepted == 1
+
+
+async def test_a_refused_attempt_recorded_before_this_rule_shows_no_detail(
+    app: App, listener: Listener
+) -> None:
+    """An attempt refused by an earlier version said what the name resolved to; members now read only
+    that the destination is not allowed."""
+    uid = await app.endpoint_row(f"https://０.０.０.０:{listener.port}/hook")
+    await app.cancel_a_run()
+    await app.first_attempt(uid)
+    old = "intranet.example resolves to a private network address: 10.0.0.5 is a private or reserved address"
+    async with app.sessions() as s, s.begin():
+        await s.execute(update(NotificationAttempt).values(error=old))
+    assert (await app.first_attempt(uid))["error"] == NOT_ALLOWED
