@@ -128,7 +128,8 @@ class MemoryCounter:
     """In-process :class:`Counter` and :class:`Limiter` for single-process runs (SQLite) and tests: exact,
     not shared across replicas.
 
-    Each key keeps only its current and previous windows.
+    Each key keeps only its current and previous windows, and a key with neither is forgotten (swept once
+    per window): keys are client addresses too (:mod:`api.auth_failures`), which a sender can vary.
     """
 
     def __init__(self, window_seconds: int = DEFAULT_WINDOW_SECONDS) -> None:
@@ -136,6 +137,10 @@ class MemoryCounter:
             raise ValueError("window_seconds must be at least 1")
         self._window = window_seconds
         self._counts: dict[str, dict[int, int]] = {}
+        self._swept: int | None = None
+
+    def __len__(self) -> int:
+        return len(self._counts)
 
     @property
     def window_seconds(self) -> int:
@@ -143,6 +148,7 @@ class MemoryCounter:
 
     async def hit(self, key: str, now_epoch: float) -> tuple[int, int]:
         start, _ = window_position(now_epoch, self._window)
+        self._sweep(start)
         windows = self._counts.setdefault(key, {})
         for old in [w for w in windows if w < start - self._window]:
             del windows[old]
@@ -154,6 +160,15 @@ class MemoryCounter:
         windows = self._counts.get(key, {})
         if windows.get(start, 0) > 0:
             windows[start] -= 1
+
+    def _sweep(self, start: int) -> None:
+        """Once per window: forget keys whose newest count is older than the previous window."""
+        if start == self._swept:
+            return
+        self._swept = start
+        oldest = start - self._window
+        for key in [k for k, windows in self._counts.items() if max(windows, default=oldest - 1) < oldest]:
+            del self._counts[key]
 
     async def peek(self, key: str, now_epoch: float) -> tuple[int, int]:
         """(current, previous) counts without counting an event."""

@@ -118,3 +118,13 @@ async def test_retry_after_is_exactly_the_wait_until_one_more_fits(
     if retry > 1:  # one second before Retry-After is still too early (rejections change nothing)
         assert not (await consume(counter, "k", limit, now + retry - 1)).allowed
     assert (await consume(counter, "k", limit, now + retry)).allowed
+
+
+async def test_memory_counter_forgets_keys_idle_for_two_windows() -> None:
+    counter = MemoryCounter(W)
+    for n in range(100):  # e.g. failures from 100 client addresses
+        await counter.hit(f"client-auth:198.51.100.{n}", T0)
+    await counter.hit("kept", T0 + W)
+    assert len(counter) == 101  # the previous window still counts
+    await counter.hit("kept", T0 + 2 * W)
+    assert len(counter) == 1 and await counter.peek("kept", T0 + 2 * W) == (1, 1)
