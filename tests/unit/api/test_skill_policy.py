@@ -7,12 +7,14 @@ refused before anything is cloned."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from api.runs.skills import CacheLimits, SkillResolver, SkillUnavailable, parse_skill_spec
+from schemas import load_schema
 
 SKILL = "---\nname: triage-bot\n---\n\nYou triage issues.\n"
 CREDENTIALED = "https://deploy:ghp_token123456@git.example/acme/skills.git"
@@ -227,3 +229,38 @@ def test_a_refresh_fetches_new_skills_into_the_sparse_checkout(tmp_path: Path) -
     git(path, "commit", "--quiet", "-m", "new")
     now[0] = 61.0
     assert resolver.resolve("acme/skills:new").body == "New skill."
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "triage",
+        "triage.v2",
+        "notes.md",
+        ".git/config",
+        ".GIT/HEAD",
+        "README.md",
+        "SKILL.md",
+        "triage/SKILL.md",
+        "skills/triage/SKILL.md",
+        ".opencode/skills/triage/SKILL.md",
+        "agents/foreman/skills/triage/SKILL.md",
+        "agents/foreman/triage/SKILL.md",
+        "docs/triage/SKILL.md",
+        "skills/triage/skill.md",
+        "../triage/SKILL.md",
+        "/skills/triage/SKILL.md",
+    ],
+)
+def test_definitions_and_the_api_agree_on_what_a_spec_may_name(target: str) -> None:
+    """The definition schema's pattern (validate/apply: a file:line diagnostic) and the resolver's check (a
+    422) accept the same specs, so a definition never carries a spec every run would refuse."""
+    pattern = load_schema("agent-config")["properties"]["skill_spec"]["pattern"]
+    spec = f"acme/skills:{target}"
+    try:
+        parse_skill_spec(spec)
+    except SkillUnavailable:
+        accepted = False
+    else:
+        accepted = True
+    assert bool(re.match(pattern, spec)) == accepted

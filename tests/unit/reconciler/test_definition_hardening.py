@@ -78,6 +78,9 @@ def test_usual_repository_urls_pass(factory_tree: Tree) -> None:
         "acme/skills:/etc/passwd",
         "acme/skills:tools/../x",
         "../x:y",
+        "acme/skills:.git/config",  # docs/agent-config.md, "Skills": only a SKILL.md in an allowed layout
+        "acme/skills:README.md",
+        "acme/skills:tools/review/SKILL.md",
     ],
 )
 def test_skill_specs_that_leave_the_repository_are_refused(
@@ -92,7 +95,11 @@ def test_skill_specs_that_leave_the_repository_are_refused(
 
 
 def test_usual_skill_specs_pass(factory_tree: Tree) -> None:
-    for spec in ("acme/skills:triage", "acme/skills:tools/review/SKILL.md", "acme/skills:a..b/SKILL.md"):
+    for spec in (
+        "acme/skills:triage",
+        "acme/skills:.agents/skills/review/SKILL.md",
+        "acme/skills:a..b/SKILL.md",
+    ):
         root = factory_tree({"automations/a/automation.md": AUTOMATION.format(key="skill_spec", value=spec)})
         assert load(root).ok, spec
 
