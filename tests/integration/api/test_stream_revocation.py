@@ -9,18 +9,23 @@ Each stream is read to its end under a deadline (no fixed sleeps); a reconnect w
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 from typing import Any
 
+import builders
 from aiohttp.test_utils import TestClient
 from console.support import csrf, sign_in
-from sqlalchemy import select
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_support import frames
 
-from api.console.sessions import COOKIE
-from store.apikeys import hash_key
-from store.models import ApiKey
+from api.console.sessions import COOKIE, SessionSettings, open_session
+from api.runs import stream_grants
+from api.runs.stream_grants import Grant
+from store.apikeys import Principal, hash_key, revoke_key
+from store.clock import ManualClock
+from store.models import ApiKey, ConsoleSession
 
 V1 = "/api/v1/agent"
 ENDS_WITHIN = 5.0  # the credential check runs every 2 s (StreamSettings.auth_check_seconds), plus a read
@@ -122,3 +127,43 @@ async def test_a_console_stream_ends_when_its_session_signs_out_on_another_repli
     async with asyncio.timeout(5):
         rest = [f async for f in frames(api_stream) if "data" in f]
     assert '"CANCELLED"' in rest[-1]["data"]
+
+
+async def test_grants_are_checked_in_batches_by_key_and_session(
+    sessions: async_sessionmaker[AsyncSession], monkeypatch: Any
+) -> None:
+    """:func:`stream_grants.ended` over several IN-list batches (``CHUNK`` lowered to 2): a revoked key, a
+    signed-out session, a session past its absolute end and a session of a revoked key end; the rest hold."""
+    monkeypatch.setattr(stream_grants, "CHUNK", 2)
+    clock = ManualClock(dt.datetime(2026, 3, 1, tzinfo=dt.UTC))
+    async with sessions() as s, s.begin():
+        team = await builders.team(s)
+        keys = [await builders.api_key(s, clock, team.id, "member", name=f"k{i}") for i in range(5)]
+    ids = [await key_id(sessions, k) for k in keys]
+    grant_sessions: list[str] = []
+    async with sessions() as s, s.begin():
+        for i, kid in enumerate(ids):
+            who = Principal(kid, team.id, f"k{i}", "member", ())
+            _, user = await open_session(s, clock, who, SessionSettings())
+            if i == 1:  # past its absolute end at the check below
+                await s.execute(
+                    update(ConsoleSession)
+                    .where(ConsoleSession.id == user.session_id)
+                    .values(expires_at=clock.now() + dt.timedelta(seconds=30))
+                )
+            if i == 2:  # signed out
+                await s.execute(delete(ConsoleSession).where(ConsoleSession.id == user.session_id))
+            grant_sessions.append(user.session_id)
+        await revoke_key(s, clock, team.id, ids[4])
+    grants = {Grant(kid) for kid in ids} | {
+        Grant(kid, sid) for kid, sid in zip(ids, grant_sessions, strict=True)
+    }
+    clock.advance(60)
+    async with sessions() as s:
+        gone = await stream_grants.ended(s, clock.now(), grants)
+    assert gone == {
+        Grant(ids[4]),
+        Grant(ids[1], grant_sessions[1]),
+        Grant(ids[2], grant_sessions[2]),
+        Grant(ids[4], grant_sessions[4]),
+    }
