@@ -169,8 +169,11 @@ async def attempt(transport: Transport, message: Claimed, secret: str | None, cl
 
 
 def _text(value: str | None) -> str | None:
-    """``value`` as a text column takes it: no NUL (PostgreSQL refuses it), at most :data:`MAX_TEXT`."""
-    return value.replace("\x00", "\ufffd")[:MAX_TEXT] if value else None
+    """``value`` as every text column takes it: no NUL (PostgreSQL refuses it), no lone surrogate (which
+    aiohttp's ``surrogateescape`` decoding can leave in an exception's text), at most :data:`MAX_TEXT`."""
+    if not value:
+        return None
+    return value[:MAX_TEXT].replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
 
 
 def _decision(

@@ -16,12 +16,13 @@ from aiohttp.test_utils import TestServer
 from cryptography.fernet import Fernet
 from sqlalchemy import select
 
-from api.notifications.sender import Sender
-from api.notifications.transport import GuardedTransport
+from api.notifications import fanout
+from api.notifications.sender import Result, Sender, claim, record
+from api.notifications.transport import GuardedTransport, Outcome
 from store.crypto import SecretBox
 from store.models import NotificationAttempt, NotificationEndpoint, NotificationMessage
 
-from .conftest import SETTINGS, MakeSender, Team, settle, whsec
+from .conftest import SETTINGS, MakeSender, Team, readable, settle, whsec
 
 
 async def state(team: Team) -> tuple[NotificationMessage, list[NotificationAttempt], NotificationEndpoint]:
@@ -151,3 +152,23 @@ async def test_a_signing_secret_the_key_cannot_decrypt_fails_the_attempt(
     assert message.status == "pending" and message.claim_token is None
     await run_the_schedule_out(team, sender)
     assert_failed_for_good(*await state(team))
+
+
+async def test_text_no_database_can_store_is_made_storable(team: Team, make_sender: MakeSender) -> None:
+    """An error or an answer with NUL or a lone surrogate (left by ``surrogateescape`` decoding) would make
+    the whole batch's write fail, and its messages be claimed again and again."""
+    sender = await make_sender()
+    await sender.step()
+    await team.endpoint("https://hooks.example.com/hook", events=["CANCELLED"])
+    await cancel_a_run(team)
+    await readable(team.sessions)
+    async with team.sessions() as s, s.begin():
+        await fanout.fan_out(s, team.clock)
+    async with team.sessions() as s, s.begin():
+        [claimed] = await claim(s, team.clock, SETTINGS, 10)
+    outcome = Outcome("failed", 3, 502, excerpt="a\x00b\udcff", error="BadStatusLine: \udcfe\x00")
+    async with team.sessions() as s, s.begin():
+        await record(s, team.clock, SETTINGS, [Result(claimed, outcome, team.clock.now())])
+    message, [first], _ = await state(team)
+    assert (first.response_excerpt, first.error) == ("a\ufffdb?", "BadStatusLine: ?\ufffd")
+    assert message.last_error == first.error and message.claim_token is None and message.attempts == 1
