@@ -113,12 +113,12 @@ class CloneCache:
             raise SkillUnavailable(failed[1])
         try:
             self._clone(url, dest)
-        except safegit.GitError as exc:
+        except (safegit.GitError, OSError) as exc:  # OSError: the cache directory itself (disk full...)
             message = f"unknown repository {key}: cannot fetch {_shown(url, key)} ({_detail(exc)})"
             self._remember_failure(digest, now, message)
             raise SkillUnavailable(message) from None
         if not (dest / ".git").is_dir():
-            raise SkillUnavailable(f"repository {key} cannot be cached in {self.directory}")
+            raise SkillUnavailable(f"repository {key} cannot be cached (another process removed it?)")
         self._fetched[digest] = now
         with self._guard:
             self._failed.pop(digest, None)
@@ -231,5 +231,7 @@ def _shown(url: str, key: str) -> str:
     return url if "@" not in url.split("://", 1)[-1].split("/", 1)[0] else f"repository {key}"
 
 
-def _detail(exc: safegit.GitError) -> str:
+def _detail(exc: Exception) -> str:
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
     return exc.detail if isinstance(exc, safegit.GitFailed) else str(exc)

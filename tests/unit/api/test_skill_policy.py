@@ -264,3 +264,22 @@ def test_definitions_and_the_api_agree_on_what_a_spec_may_name(target: str) -> N
     else:
         accepted = True
     assert bool(re.match(pattern, spec)) == accepted
+
+
+def test_a_refresh_past_the_cap_drops_the_clone(tmp_path: Path) -> None:
+    path = repo(tmp_path / "git" / "acme" / "grows", {"skills/x/SKILL.md": "x"})
+    git(path, "config", "uploadpack.allowFilter", "false")
+    now = [0.0]
+    cache = tmp_path / "cache"
+    limits = CacheLimits(clone_max_bytes=1 << 20)
+    resolver = SkillResolver(
+        f"file://{tmp_path}/git/{{owner}}/{{repo}}", cache, monotonic=lambda: now[0], limits=limits
+    )
+    assert resolver.resolve("acme/grows:x").body == "x"
+    (path / "blob").write_bytes(os.urandom(2 << 20))
+    git(path, "add", "-A")
+    git(path, "commit", "--quiet", "-m", "big")
+    now[0] = 61.0
+    with pytest.raises(SkillUnavailable, match="larger than 1048576 bytes"):
+        resolver.resolve("acme/grows:x")
+    assert entries(cache) == [] and tree_bytes(cache) == 0
