@@ -29,7 +29,7 @@ RULES: dict[str, str] = {
     "FC070": "Invalid cron expression",
     "FC071": "Unknown time zone",
     "FC072": "Schedule names an automation that does not exist",
-    "FC080": "Notification URL refused (scheme, credentials or a private-network address)",
+    "FC080": "Notification or MCP server URL refused (scheme, credentials or a private-network address)",
     "FC081": "Invalid notification events or filter",
     "FC082": "Too many notification endpoints in one factory",
 }

@@ -159,6 +159,7 @@ async def test_a_stored_run_with_a_command_gets_no_command_when_claimed(ctx: Ctx
         )
     wake_claimers(ctx.client.app)
     finished = await ctx.finished(run.run_id)
-    assert finished["state"] in ("FAILED", "ERROR"), finished
+    assert finished["state"] == "ERROR", finished
+    assert finished["status_message"]["error_code"] == "workspace_unavailable"
     assert "may not start a command" in finished["status_message"]["message"], finished
     assert not (ctx.dumps / run.run_id).exists()  # the harness never started
