@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_support import Served, run_cli, serving, wait_for
+from serve_support import Served, run_cli, running, serving, wait_for
 
 FINISHED = {"SUCCEEDED", "FAILED", "ERROR", "CANCELLED"}
 # Decrypts every secret version of the SQLite store with the data directory's key, as the attacker did.
@@ -182,3 +182,69 @@ def test_a_workspace_directory_inside_the_data_directory_is_refused(tmp_path: Pa
     )
     assert result.returncode == 2, result.stderr
     assert "overlaps" in result.stderr and str(data) in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("auto", "SECRET-UNREACHABLE"),  # bubblewrap works here: the command runs confined
+        ("none", "SECRET-READ"),  # documented: on the worker's own host
+        ("bwrap-missing", "sandbox_unavailable"),  # required and not there: refused
+    ],
+)
+def test_a_self_hosted_worker_sandboxes_as_its_sandbox_option_says(
+    tmp_path: Path, mode: str, expected: str
+) -> None:
+    host_secret = tmp_path / "worker-host-secret.txt"
+    host_secret.write_text("HOST-SECRET\n")
+    option = (
+        ("--sandbox", "bwrap", "--bwrap", str(tmp_path / "no-such-bwrap"))
+        if mode == "bwrap-missing"
+        else ("--sandbox", mode)
+    )
+    secret = shlex.quote(str(host_secret))
+    command = f"cat >/dev/null; cat {secret} >/dev/null 2>&1 && echo SECRET-READ || echo SECRET-UNREACHABLE"
+    with serving(tmp_path / "data") as served:
+        made = run_cli(
+            "--data-dir",
+            served.data_dir,
+            "keys",
+            "create",
+            "--name",
+            "w",
+            "--role",
+            "worker",
+            "--worker-host",
+            "h",
+        )
+        assert made.returncode == 0, made.stderr
+        admin = Api(served, served.key)
+        run_id = admin.call(
+            "POST", "/api/v1/agent/run", {"prompt": "p", "config": {"worker_host": "h"}}, status=200
+        )["run_id"]
+        args = (
+            "worker",
+            "--host-id",
+            "h",
+            "--server",
+            served.url,
+            "--harness",
+            "command",
+            "--command",
+            command,
+            *option,
+        )
+        log = tmp_path / "worker.log"
+        with running(
+            *args,
+            "--workspace-root",
+            str(tmp_path / "ws"),
+            log=log,
+            env={"FACTORY_API_KEY": made.stdout.strip().splitlines()[-1]},
+        ):
+            run = admin.finished_run(run_id)
+        if expected == "sandbox_unavailable":
+            assert run["state"] == "FAILED" and run["status_message"]["error_code"] == expected, run
+        else:
+            assert run["state"] == "SUCCEEDED", (run, log.read_text())
+            assert admin.output(run_id).splitlines() == [expected]
