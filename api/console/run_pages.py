@@ -17,11 +17,12 @@ from sqlalchemy import Row, func, select
 
 from api.console.rendering import missing, or_404, pretty_json, render, when
 from api.console.security import changing, signed_in
-from api.context import CLOCK, SESSIONS
+from api.context import CLOCK, SESSIONS, SETTINGS
 from api.runs import events
 from api.runs import records as runs
 from api.runs.claim_signal import wake_claimers
 from api.runs.event_hub import notify_events
+from api.runs.followup_limits import FollowupLimits, TooManyFollowups
 from api.runs.requests import MAX_PROMPT
 from api.runs.serialize import run_item
 from api.runs.states import IllegalTransition
@@ -43,6 +44,10 @@ NOTICES: Final = {  # fixed texts only: a query string never puts words on the p
     "queued": ("success", "Follow-up queued: it goes out when a worker claims the run."),
     "requeued": ("success", "Follow-up sent: the run is queued again to continue."),
     "followup_refused": ("alert", "This run was cancelled (or is being cancelled); it takes no follow-ups."),
+    "followup_limit": (
+        "alert",
+        "This run has as many follow-ups waiting for its agent as it may hold; try later.",
+    ),
     "followup_empty": ("alert", f"A follow-up needs a message (at most {MAX_PROMPT} characters)."),
 }
 
@@ -203,10 +208,18 @@ async def followup(request: web.Request) -> web.StreamResponse:
         with or_404(missing(f"run {run_id}")):
             async with request.app[SESSIONS]() as session, session.begin():
                 _, done = await runs.add_followup(
-                    session, request.app[CLOCK], user.team_id, run_id, message, None
+                    session,
+                    request.app[CLOCK],
+                    user.team_id,
+                    run_id,
+                    message,
+                    None,
+                    limits=FollowupLimits.of(request.app[SETTINGS]),
                 )
     except IllegalTransition:
         done = "followup_refused"
+    except TooManyFollowups:
+        done = "followup_limit"
     else:
         if done == "requeued":
             wake_claimers(request.app)

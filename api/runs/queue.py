@@ -368,12 +368,13 @@ async def append_logs(
     if not lines:
         return 0
     kept, dropped, size = _within_limits(run, lines, limits)
+    stored = len(kept)
+    run.log_lines += stored
+    run.log_bytes += size
     if dropped:
-        if not run.log_dropped:  # the first refused line: say so once, in the log itself
+        if not run.log_dropped:  # the first refused line: say so once, in the log itself (not counted)
             kept.append(("system", _truncated_marker(limits)))
         run.log_dropped += dropped
-    run.log_lines += len(kept)
-    run.log_bytes += size
     if not kept:
         return 0
     now = clock.now()
@@ -381,7 +382,7 @@ async def append_logs(
         insert(RunLog), [{"run_id": run_id, "stream": s, "text": t, "created_at": now} for s, t in kept]
     )
     await events.record_logs(session, run, kept, now, cap=event_cap)
-    return len(kept)
+    return stored
 
 
 def _within_limits(

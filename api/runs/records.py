@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api.http.pagination import Cursor, InvalidCursor, parse_timestamp_key, split_page, timestamp_key
 from api.runs import events
 from api.runs.config import worker_host_of
+from api.runs.followup_limits import DEFAULT_FOLLOWUP_LIMITS, FollowupLimits, check_pending
 from api.runs.states import TERMINAL, RunEvent, RunState, Transition, transition
 from store import NotFound, ids
 from store.bulk import insert_rows
@@ -321,7 +322,14 @@ async def cancel_run(session: AsyncSession, clock: Clock, team_id: str, run_id: 
 
 
 async def add_followup(
-    session: AsyncSession, clock: Clock, team_id: str, run_id: str, message: str, mode: str | None
+    session: AsyncSession,
+    clock: Clock,
+    team_id: str,
+    run_id: str,
+    message: str,
+    mode: str | None,
+    *,
+    limits: FollowupLimits = DEFAULT_FOLLOWUP_LIMITS,
 ) -> tuple[RunFollowup, str]:
     """Store a follow-up; returns it and the outcome the state machine decided.
 
@@ -330,9 +338,11 @@ async def add_followup(
     ``requeued``: the run was BLOCKED or finished; it goes back to QUEUED as a continuation
     (times, status message and lease cleared; ``attempt`` counts claims, so the next claim bumps
     it) and the follow-up travels with the next claim. A CANCELLED run, or one being cancelled, raises
-    :class:`api.runs.states.IllegalTransition` (``conflict``).
+    :class:`api.runs.states.IllegalTransition` (``conflict``); one past ``limits`` of pending
+    follow-ups raises :class:`api.runs.followup_limits.TooManyFollowups` (``409``).
     """
     run = await get_run(session, team_id, run_id, for_update=True)
+    await check_pending(session, run.run_id, message, limits)
     now = clock.now()
     result = apply_event(run, RunEvent.FOLLOWUP, now)
     outcome = result.followup or "queued"

@@ -25,6 +25,7 @@ from api.runs import records as runs
 from api.runs.claim_signal import wake_claimers
 from api.runs.config import resolve_config
 from api.runs.event_hub import notify_events, runs_queued
+from api.runs.followup_limits import FollowupLimits
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_ATTACHMENTS, MAX_PROMPT, parse_list_query, parse_run_request
 from api.runs.serialize import followup_item, log_line, run_item
@@ -134,7 +135,13 @@ async def followup_agent_run(request: web.Request) -> web.Response:
     try:
         async with sessions(request)() as session, session.begin():
             followup, outcome = await runs.add_followup(
-                session, request.app[CLOCK], who.team_id, run_id, str(message), mode
+                session,
+                request.app[CLOCK],
+                who.team_id,
+                run_id,
+                str(message),
+                mode,
+                limits=FollowupLimits.of(request.app[SETTINGS]),
             )
     except IllegalTransition as exc:
         why = (
