@@ -7,6 +7,8 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from yarl import URL
 
 from store import urlpolicy
@@ -174,3 +176,25 @@ def test_address_refusal_keeps_its_signature() -> None:
     assert urlpolicy.address_refusal(ipaddress.ip_address("127.0.0.1")) is None
     assert urlpolicy.is_loopback_host("localhost") and urlpolicy.is_loopback_host("[::1]")
     assert not urlpolicy.is_loopback_host("example.com")
+
+
+PIECES = st.sampled_from([*"0aZ.-_:[]%@①０。．｡ßẞ\u00ad\u200b\\/", "xn--", "127", "::ffff:"])
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.builds(
+        lambda scheme, host, port, rest: f"{scheme}://{host}{port}{rest}",
+        st.sampled_from(["https", "http", "HTTPS", "ftp", ""]),
+        st.lists(PIECES, max_size=12).map("".join),
+        st.sampled_from(["", ":0", ":443", ":８０", ":99999", ":x"]),
+        st.text(max_size=10),
+    )
+)
+def test_any_url_is_answered_never_raises(url: str) -> None:
+    """The API and the validator call this on anything a user sends: an answer, never an exception."""
+    reason = urlpolicy.url_refusal(url)
+    assert reason is None or isinstance(reason, str)
+    if reason is None:  # what passes is what aiohttp can connect to, judged the same way
+        host = URL(url).raw_host
+        assert host is not None and host.isascii()
