@@ -26,6 +26,7 @@ RULES: dict[str, str] = {
     "FC050": "Empty definitions tree",
     "FC060": "Unknown environment",
     "FC061": "Unknown agent",
+    "FC062": "MCP server reference names no server of the environment",
     "FC070": "Invalid cron expression",
     "FC071": "Unknown time zone",
     "FC072": "Schedule names an automation that does not exist",

@@ -27,7 +27,8 @@ other factories, whose automations this tree cannot see.
 
 MCP servers: every ``url`` (an environment's ``mcpServers``, a run config's ``mcp_servers``) obeys the same
 outbound address rule (FC080); a command in a run config is a schema error (FC010): only environments
-define one (docs/agent-config.md, "MCP servers").
+define one (docs/agent-config.md, "MCP servers"); a reference (``{warp_id: NAME}``) whose environment is in
+the tree must name one of its ``mcpServers`` (FC062; other environments are judged when a run is created).
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ def check(
     for notification in definition.notifications:
         out += _notification(notification, definition.root)
     out += _mcp_urls(definition)
+    out += _mcp_references(definition)
     return sorted(out, key=lambda d: (d.path, d.line, d.column, d.rule))
 
 
@@ -350,4 +352,47 @@ def _mcp_urls(definition: FactoryDefinition) -> list[Diagnostic]:
             if refusal is not None:
                 where = _place(locations, f"{prefix}.{name}.url", root)
                 out.append(_at("FC080", f"MCP server URL refused: {refusal}", where, _file(root, path)))
+    return out
+
+
+def _mcp_references(definition: FactoryDefinition) -> list[Diagnostic]:
+    """FC062 for each ``{warp_id: NAME}`` that the config's environment (its own ``environment_id``, for an
+    automation else its agent's) defines no server for, when that environment is in this tree."""
+    root, factory = definition.root, definition.factory
+    defined = {e.name: e.spec.get("mcpServers") for e in definition.environments}
+    agents = {name: config for name, config in factory.agents.items() if isinstance(config, Mapping)}
+    places: list[tuple[Mapping[str, Any], Any, str, Mapping[str, Location], str]] = [
+        (config, config.get("environment_id"), f"agents.{name}", factory.locations, factory.path)
+        for name, config in agents.items()
+    ]
+    for automation in definition.automations:
+        env = automation.config.get("environment_id") or agents.get(automation.agent, {}).get(
+            "environment_id"
+        )
+        places.append((automation.config, env, "config", automation.locations, automation.path))
+    for schedule in definition.schedules:
+        places.append(
+            (
+                schedule.config,
+                schedule.config.get("environment_id"),
+                "config",
+                schedule.locations,
+                schedule.path,
+            )
+        )
+    out = []
+    for config, env, prefix, locations, path in places:
+        servers = config.get("mcp_servers")
+        if not isinstance(env, str) or env not in defined or not isinstance(servers, Mapping):
+            continue
+        found = defined[env]
+        names: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        for name, server in servers.items():
+            ref = server.get("warp_id") if isinstance(server, Mapping) else None
+            if isinstance(ref, str) and ref not in names:
+                listed = ", ".join(sorted(map(str, names))) or "none"
+                message = f"environment '{env}' defines no MCP server '{ref}' (defined: {listed})"
+                hint = f"add it under mcpServers in environments/{env}.yaml"
+                where = _place(locations, f"{prefix}.mcp_servers.{name}.warp_id", root)
+                out.append(_at("FC062", message, where, _file(root, path), hint))
     return out

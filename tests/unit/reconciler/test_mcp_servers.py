@@ -91,3 +91,23 @@ def test_a_refused_mcp_url_is_fc080_at_its_line(factory_tree, where, url: str) -
     ]
     reason = urlpolicy.url_refusal(url)
     assert {d.message for d in found} == {f"MCP server URL refused: {reason}"}
+
+
+def test_a_reference_to_no_server_of_the_environment_is_fc062_at_its_line(  # type: ignore[no-untyped-def]
+    factory_tree, where
+) -> None:
+    root = factory_tree(
+        {
+            "factory.yaml": "name: demo\nagents:\n  triage:\n    environment_id: backend\n",
+            "environments/backend.yaml": ENV,
+            "automations/a/automation.md": (
+                "---\nagent: triage\nconfig:\n  mcp_servers:\n    gl: {warp_id: gitlab}\n"
+                "    gh: {warp_id: github}\n---\nGo.\n"
+            ),
+            "schedules/s.yaml": "cron: '0 6 * * *'\nprompt: p\nconfig:\n  mcp_servers: {x: {warp_id: gh}}\n",
+        }
+    )
+    found = rules.check(loaded(root))
+    assert where(root, found) == [("automations/a/automation.md", 5, 10, "FC062")]
+    assert found[0].message == "environment 'backend' defines no MCP server 'gitlab' (defined: github)"
+    # the schedule names no environment: judged when a fire creates the run
