@@ -17,6 +17,8 @@ Exception tree (:mod:`factoryctl.worker.errors`)::
     ├── WorkspaceError           the run workspace cannot be created or written
     ├── EnvironmentSetupFailed   cloning a repository or a setup command failed; the run is FAILED
     │                            with ``error_code`` ``environment_setup_failed``
+    ├── SandboxUnavailable       the run needs the sandbox this worker must use and none works
+    │                            here; the run is FAILED with ``error_code`` ``sandbox_unavailable``
     ├── LeaseLost                the server no longer lets this worker act on the run (404/409):
     │                            the run is abandoned, its fate is the server's
     └── WorkerRefused            the server refused the worker's key or host (401/403): the
@@ -32,6 +34,7 @@ from factoryctl.worker.errors import (
     HarnessError,
     InvalidClaim,
     LeaseLost,
+    SandboxUnavailable,
     WorkerError,
     WorkerRefused,
     WorkspaceError,
@@ -42,6 +45,7 @@ __all__ = [
     "HarnessError",
     "InvalidClaim",
     "LeaseLost",
+    "SandboxUnavailable",
     "WorkerError",
     "WorkerRefused",
     "WorkspaceError",

@@ -34,6 +34,13 @@ class EnvironmentSetupFailed(WorkerError):
         super().__init__(message)
 
 
+class SandboxUnavailable(WorkerError):
+    """A run needs the sandbox this worker must use, and it does not work here (docs/workers.md,
+    "Sandbox"): the run ends FAILED ``sandbox_unavailable`` before anything of it starts."""
+
+    error_code = "sandbox_unavailable"
+
+
 class LeaseLost(WorkerError):
     """The server no longer lets this worker act on the run (lease reaped, run finished or taken).
 
@@ -51,6 +58,7 @@ __all__ = [
     "HarnessError",
     "InvalidClaim",
     "LeaseLost",
+    "SandboxUnavailable",
     "WorkerError",
     "WorkerRefused",
     "WorkspaceError",

@@ -27,12 +27,12 @@ from factoryctl.worker.environment import (
     prepare_environment,
     setup_failure_outcome,
 )
-from factoryctl.worker.errors import EnvironmentSetupFailed, InvalidClaim, WorkerError
+from factoryctl.worker.errors import EnvironmentSetupFailed, InvalidClaim, SandboxUnavailable, WorkerError
 from factoryctl.worker.errors import LeaseLost as LeaseLost  # re-exported: channels raise it from here
 from factoryctl.worker.harness import CommandHarness, Harness, OutputCallback, RedactingEmitter, harness_for
 from factoryctl.worker.job import Job, Outcome, redact
 from factoryctl.worker.resolve import SecretSource, resolve_claim
-from factoryctl.worker.sandbox import Sandbox, SandboxUnavailable, sandbox_for
+from factoryctl.worker.sandbox import Sandbox, sandbox_for
 from factoryctl.worker.workspace import create_workspace, remove_workspace
 
 log = logging.getLogger("factoryctl.worker")

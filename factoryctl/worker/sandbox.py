@@ -35,11 +35,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from factoryctl.worker.errors import WorkerError
+from factoryctl.worker.errors import SandboxUnavailable
 from factoryctl.worker.job import Job
 
 DEFAULT_BWRAP = "bwrap"
-ERROR_CODE = "sandbox_unavailable"
+ERROR_CODE = SandboxUnavailable.error_code
 SANDBOX_HOME = "/home/sandbox"
 SANDBOX_TMP = "/tmp"  # noqa: S108 - a fresh tmpfs inside the sandbox, not the host's /tmp
 PROBE_TIMEOUT_SECONDS = 10.0
@@ -218,12 +218,6 @@ def check_layout(
         for other in (*guarded, *([workspace_root] if workspace_root is not None else [])):
             if overlap(Path(extra), other):
                 raise ValueError(f"sandbox directory {extra} overlaps {other}, which runs must not reach")
-
-
-class SandboxUnavailable(WorkerError):
-    """A run needs a sandbox this worker must use and cannot: it ends FAILED ``sandbox_unavailable``."""
-
-    error_code = ERROR_CODE
 
 
 async def sandbox_for(

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import socket
 from pathlib import Path
 
 import pytest
 
 from factoryctl.worker.environment import prepare_environment
+from factoryctl.worker.errors import SandboxUnavailable
 from factoryctl.worker.harness import CommandHarness
 from factoryctl.worker.job import Job
 from factoryctl.worker.sandbox import (
     ERROR_CODE,
     Sandbox,
-    SandboxUnavailable,
     check_layout,
     run_controlled,
     sandbox_for,
@@ -129,8 +130,8 @@ async def test_the_command_harness_and_what_it_starts_run_inside(layout, listene
 
 
 async def test_cancelling_kills_everything_in_the_sandbox(layout) -> None:
-    marker = layout["ws"] / "pids"
-    command = f"(sleep 300 & echo $! >> {marker}; sleep 300) & echo started; sleep 300"
+    nap = f"sleep 300.{secrets.randbelow(10**6):06d}"  # this test's processes, whatever else runs here
+    command = f"({nap} & {nap}) & echo started; {nap}"
     harness = CommandHarness(command, env={"PATH": "/usr/bin:/bin"}, grace_seconds=0.5, sandbox=Sandbox())
     cancel = asyncio.Event()
     started = asyncio.Event()
@@ -139,16 +140,18 @@ async def test_cancelling_kills_everything_in_the_sandbox(layout) -> None:
         if text == "started":
             started.set()
 
-    task = asyncio.create_task(
-        harness.run(Job(run_id="r", prompt=""), layout["ws"], cancel=cancel, on_output=watch)
-    )
+    job = Job(run_id="r", prompt="")
+    task = asyncio.create_task(harness.run(job, layout["ws"], cancel=cancel, on_output=watch))
     await asyncio.wait_for(started.wait(), 10)
-    sleepers = {int(line.split()[1]) for line in _host_processes("sleep 300")}
-    assert sleepers
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while len(_host_processes(nap)) < 3:  # the three sleeps, seen from the host
+        assert loop.time() < deadline, _host_processes(nap)
+        await asyncio.sleep(0.02)
     cancel.set()
     outcome = await asyncio.wait_for(task, 10)
     assert outcome.state == "CANCELLED"
-    assert not (sleepers & {int(line.split()[1]) for line in _host_processes("sleep 300")})
+    assert _host_processes(nap) == []
 
 
 def _host_processes(needle: str) -> list[str]:
