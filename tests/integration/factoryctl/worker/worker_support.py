@@ -165,10 +165,12 @@ class LossyProxy:
     ``refuse(suffix, n)``: the next ``n`` matching requests get ``503`` and never reach the server.
     ``lose_answer(suffix, n)``: the next ``n`` are forwarded, then the connection is dropped before
     the answer. ``hits[suffix]`` counts matching requests that arrived since the last cue.
+    ``max_body``: bodies over it get ``413`` from the proxy itself, as a reverse proxy's body limit does.
     """
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *, max_body: int = 1024**2) -> None:
         self.upstream = upstream
+        self.max_body = max_body
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.refusals: Counter[str] = Counter()
@@ -189,7 +191,7 @@ class LossyProxy:
         self.hits[suffix] = self.lost[suffix] = 0
 
     async def start(self) -> LossyProxy:
-        app = web.Application()
+        app = web.Application(client_max_size=self.max_body)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self.http = aiohttp.ClientSession()
         self.runner = await listen(app, self.port)
