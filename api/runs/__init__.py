@@ -4,7 +4,8 @@
   database (create, read, keyset listing, cancel, follow-ups, logs);
 - :mod:`~api.runs.queue` and :mod:`~api.runs.claim_signal` — claims, leases and waking claimers;
 - :mod:`~api.runs.config`, :mod:`~api.runs.skills` and :mod:`~api.runs.prepare` — the agent
-  configuration, resolved and checked before a run is created;
+  configuration, resolved and checked before a run is created (a skill's files: what may be one and the
+  one reader in :mod:`~api.runs.skill_files`, clones in the bounded :mod:`~api.runs.skill_cache`);
 - :mod:`~api.runs.requests`, :mod:`~api.runs.serialize` and :mod:`~api.runs.routes` — the Run API
   over HTTP (parsing, wire shapes, handlers).
 """
