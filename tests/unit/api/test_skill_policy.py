@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from api.runs.skills import CacheLimits, SkillResolver, SkillUnavailable, parse_skill_spec
+from factoryctl.cli import build_parser
+from factoryctl.context import CliContext
+from factoryctl.serve.options import ServeOptions
 from schemas import load_schema
 
 SKILL = "---\nname: triage-bot\n---\n\nYou triage issues.\n"
@@ -283,3 +286,21 @@ def test_a_refresh_past_the_cap_drops_the_clone(tmp_path: Path) -> None:
     with pytest.raises(SkillUnavailable, match="larger than 1048576 bytes"):
         resolver.resolve("acme/grows:x")
     assert entries(cache) == [] and tree_bytes(cache) == 0
+
+
+def test_the_cache_settings_come_from_the_environment_with_documented_defaults(tmp_path: Path) -> None:
+    def limits(env: dict[str, str]) -> CacheLimits:
+        args = build_parser(["serve"]).parse_args(["serve", "--workers", "0"])
+        ctx = CliContext(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'factory.db'}", env)
+        return SkillResolver.from_settings(ServeOptions.from_args(ctx, args).settings).cache.limits
+
+    assert limits({}) == CacheLimits(
+        max_bytes=512 * 1024 * 1024, max_entries=64, clone_max_bytes=64 * 1024 * 1024, failure_seconds=60.0
+    )
+    env = {
+        "FACTORY_SKILLS_CACHE_MAX_BYTES": "1000000",
+        "FACTORY_SKILLS_CACHE_MAX_ENTRIES": "3",
+        "FACTORY_SKILLS_CLONE_MAX_BYTES": "500000",
+        "FACTORY_SKILLS_FAILURE_SECONDS": "5",
+    }
+    assert limits(env) == CacheLimits(1_000_000, 3, 500_000, 5.0)
