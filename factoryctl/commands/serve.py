@@ -47,6 +47,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--bwrap", default=None, metavar="PATH", help="bubblewrap executable (default bwrap)")
     p.add_argument(
+        "--agent-env",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a variable of this environment service-hosted runs also get (beside PATH, locale, TZ, TERM)",
+    )
+    p.add_argument(
         "--sandbox-ro", action="append", default=None, metavar="DIR", help="also in every sandbox, read-only"
     )
     p.add_argument(

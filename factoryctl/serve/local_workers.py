@@ -248,6 +248,8 @@ def service_workers(
     *,
     harness_env: Mapping[str, str] | None = None,
     heartbeat_seconds: float | None = None,
+    sandbox: Sandbox | None = None,
+    guarded: Sequence[Path] = (),
 ) -> Lifecycle:
     """A cleanup_ctx lifecycle running ``n`` service-hosted workers.
 
@@ -264,21 +266,30 @@ def service_workers(
     """
     if n < 0:
         raise ValueError("the number of service workers must be 0 or more")
+    confine = sandbox if sandbox is not None else Sandbox()
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         settings = app[SETTINGS]
         beat = heartbeat_seconds or max(0.2, min(settings.lease_seconds / 3, 2.0))
+        check_layout([settings.data_dir, *guarded], workspace_root, confine.read_only, confine.writable)
+        fresh = workspace_root is None and n > 0
+        scratch = Path(mkdtemp(prefix="factoryctl-workspaces-")) if fresh else None
+        if n:
+            problem = await asyncio.to_thread(confine.problem)
+            if problem is not None:
+                log.warning("service-hosted workers: no sandbox (%s); runs that need one will fail", problem)
         execution = ExecutionSettings(
             harness=harness_name,
             command=command,
             workspace_root=workspace_root or scratch or Path(gettempdir()),
             heartbeat_seconds=beat,
             harness_env=harness_env,
+            sandbox=confine,
+            sandbox_required=True,
+            guarded=(settings.data_dir, *guarded),
         )
         stop, abort = asyncio.Event(), asyncio.Event()
         instance = secrets.token_hex(4)
-    sandbox: Sandbox | None = None,
-    guarded: Sequence[Path] = (),
         workers = [
             asyncio.create_task(ServiceWorker(app, f"service:{instance}/{i}", execution, stop, abort).run())
             for i in range(n)
@@ -291,20 +302,9 @@ def service_workers(
             if workers:
                 _done, pending = await asyncio.wait(workers, timeout=STOP_TIMEOUT_SECONDS)
                 for task in pending:
-    confine = sandbox if sandbox is not None else Sandbox()
                     task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
-
-    return lifecycle
-        check_layout([settings.data_dir, *guarded], workspace_root, confine.read_only, confine.writable)
-        fresh = workspace_root is None and n > 0
-        scratch = Path(mkdtemp(prefix="factoryctl-workspaces-")) if fresh else None
-        if n:
-            problem = await asyncio.to_thread(confine.problem)
-            if problem is not None:
-                log.warning("service-hosted workers: no sandbox (%s); runs that need one will fail", problem)
-            sandbox=confine,
-            sandbox_required=True,
-            guarded=(settings.data_dir, *guarded),
             if scratch is not None:
                 await asyncio.to_thread(shutil.rmtree, scratch, True)
+
+    return lifecycle

@@ -52,6 +52,7 @@ class ServeOptions:
     sandbox_ro: tuple[Path, ...] = ()
     sandbox_rw: tuple[Path, ...] = ()
     guarded: tuple[Path, ...] = ()  # never within a run's reach: the data dir, a SQLite database's dir
+    agent_env: tuple[str, ...] = ()  # --agent-env: server variables service-hosted runs also get
     db_connect_attempts: int = 8
     env: dict[str, str] = field(default_factory=dict)  # the CLI's environment (agents get it scrubbed)
     notifications: NotificationSettings = field(default_factory=NotificationSettings)
@@ -123,6 +124,15 @@ class ServeOptions:
             )
         if processes > 1 and settings.port == 0:
             raise ValueError(f"--processes {processes} needs a fixed --port (each process listens on it)")
+        workspace = pick(args.workspace_dir, "WORKSPACE_DIR", None)
+        workspace_dir = Path(workspace).resolve() if workspace else None
+        sandbox_ro, sandbox_rw = (
+            tuple(Path(p).resolve() for p in (flag or env.get(f"FACTORY_{name}", "").split(os.pathsep)) if p)
+            for flag, name in ((args.sandbox_ro, "SANDBOX_RO"), (args.sandbox_rw, "SANDBOX_RW"))
+        )
+        guarded = guarded_paths(ctx)
+        if workers:
+            check_layout(guarded, workspace_dir, sandbox_ro, sandbox_rw)
         return cls(
             settings=settings,
             team=args.team,
@@ -134,26 +144,18 @@ class ServeOptions:
             processes=processes,
             harness=harness,
             harness_command=command,
-            env=dict(env),
-        workspace = pick(args.workspace_dir, "WORKSPACE_DIR", None)
-        workspace_dir = Path(workspace).resolve() if workspace else None
-        sandbox_ro, sandbox_rw = (
-            tuple(Path(p).resolve() for p in (flag or env.get(f"FACTORY_{name}", "").split(os.pathsep)) if p)
-            for flag, name in ((args.sandbox_ro, "SANDBOX_RO"), (args.sandbox_rw, "SANDBOX_RW"))
-        )
-        guarded = guarded_paths(ctx)
-        if workers:
-            check_layout(guarded, workspace_dir, sandbox_ro, sandbox_rw)
-            db_connect_attempts=max(1, int(env.get("FACTORY_DB_CONNECT_ATTEMPTS") or 8)),
-            notifications=NotificationSettings(
-                timeout_seconds=timeout, connect_timeout_seconds=min(timeout, 5.0)
-            ),
-        )
             workspace_dir=workspace_dir,
             bwrap=pick(args.bwrap, "BWRAP", DEFAULT_BWRAP),
             sandbox_ro=sandbox_ro,
             sandbox_rw=sandbox_rw,
             guarded=guarded,
+            agent_env=tuple(args.agent_env or [n for n in env.get("FACTORY_AGENT_ENV", "").split(",") if n]),
+            env=dict(env),
+            db_connect_attempts=max(1, int(env.get("FACTORY_DB_CONNECT_ATTEMPTS") or 8)),
+            notifications=NotificationSettings(
+                timeout_seconds=timeout, connect_timeout_seconds=min(timeout, 5.0)
+            ),
+        )
 
 
 def guarded_paths(ctx: CliContext) -> tuple[Path, ...]:

@@ -29,7 +29,7 @@ from factoryctl.serve.reconcile import make_source, reconciler_lifecycle
 from factoryctl.serve.runtime import configure_logging, listen, make_runner, port_taken, stop_on_signals
 from factoryctl.serve.validation import make_validator
 from factoryctl.worker.execution import scrubbed_environment
-from factoryctl.worker.sandbox import Sandbox
+from factoryctl.worker.sandbox import Sandbox, service_environment
 from store import apikeys
 from store.clock import SystemClock
 from store.crypto import SecretBox
@@ -109,7 +109,7 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
             options.harness,
             options.harness_command,
             options.workspace_dir,
-            harness_env=scrubbed_environment(options.env),
+            harness_env=scrubbed_environment(service_environment(options.env, options.agent_env)),
             sandbox=Sandbox(options.bwrap, read_only=options.sandbox_ro, writable=options.sandbox_rw),
             guarded=options.guarded,
         )

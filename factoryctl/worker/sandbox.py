@@ -43,6 +43,7 @@ ERROR_CODE = SandboxUnavailable.error_code
 SANDBOX_HOME = "/home/sandbox"
 SANDBOX_TMP = "/tmp"  # noqa: S108 - a fresh tmpfs inside the sandbox, not the host's /tmp
 PROBE_TIMEOUT_SECONDS = 10.0
+BASE_VARIABLES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What programs need from /etc to run, and nothing that may hold a credential.
 ETC_FILES = (
@@ -163,6 +164,15 @@ async def start_process(
     return await asyncio.create_subprocess_exec(
         *argv, cwd=cwd, env=dict(env), start_new_session=True, **streams
     )
+
+
+def service_environment(env: Mapping[str, str], passed: Iterable[str] = ()) -> dict[str, str]:
+    """What of the server's environment a service-hosted run's processes start from: ``PATH``, the locale
+    (``LANG``, ``LANGUAGE``, ``LC_*``), ``TZ``, ``TERM`` and the variables the operator names
+    (``serve --agent-env NAME``). Never the rest: it holds the server's own credentials (a database
+    password, cloud keys) that a setup command would print to a log its team reads."""
+    names = {*BASE_VARIABLES, *passed}
+    return {k: v for k, v in env.items() if k in names or k.startswith("LC_")}
 
 
 def run_controlled(job: Job, *, command_harness: bool) -> list[str]:

@@ -17,6 +17,7 @@ import pytest
 from serve_support import Served, run_cli, running, serving, wait_for
 
 FINISHED = {"SUCCEEDED", "FAILED", "ERROR", "CANCELLED"}
+SERVER_ENV = {"PGPASSWORD": "server-db-password-4711", "CLOUD_SECRET_ACCESS_KEY": "server-cloud-key-0815"}
 # Decrypts every secret version of the SQLite store with the data directory's key, as the attacker did.
 DECRYPT = (
     "import sqlite3, sys; from cryptography.fernet import Fernet; d = sys.argv[1]; "
@@ -39,6 +40,7 @@ def attack(data: Path) -> list[str]:
         " || echo OTHER-UNREACHABLE",
         f"{shlex.quote(sys.executable)} -c {shlex.quote(DECRYPT)} {d} 2>/dev/null || echo DECRYPT-FAILED",
         "(exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null && echo POSTGRES-REACHED || echo POSTGRES-UNREACHABLE",
+        "env; (cat /proc/*/environ 2>/dev/null || true) | tr '\\0' '\\n'; echo ENV-DONE",
         "echo done > proof.txt; echo ATTACK-DONE",
     ]
 
@@ -99,8 +101,9 @@ def store(request: pytest.FixtureRequest) -> str | None:
 
 @pytest.fixture
 def served(tmp_path: Path, store: str | None) -> Iterator[Served]:
-    # No FACTORY_SECRET_KEY: serve keeps its key in <data-dir>/secret.key, as in the report.
-    with serving(tmp_path / "data", workers=2, database=store) as server:
+    # No FACTORY_SECRET_KEY: serve keeps its key in <data-dir>/secret.key, as in the report. Its environment
+    # holds a credential of its own, as a server's often does.
+    with serving(tmp_path / "data", workers=2, database=store, env=SERVER_ENV) as server:
         yield server
 
 
@@ -143,6 +146,9 @@ def test_team_b_admin_cannot_read_team_a_secrets_through_environment_setup(
 
     assert team_a_secret not in everything, output
     assert key not in everything, output
+    for value in SERVER_ENV.values():
+        assert value not in everything, output
+    assert "ENV-DONE" in output.splitlines(), output
     lines = output.splitlines()
     assert not [line for line in lines if line.startswith("DECRYPTED")], output
     for reached in ("REL-KEY-READ", "KEY-READ", "DATA-LISTED", "DB-READ", "OTHER-READ", "POSTGRES-REACHED"):

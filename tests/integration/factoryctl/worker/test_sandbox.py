@@ -21,6 +21,7 @@ from factoryctl.worker.sandbox import (
     check_layout,
     run_controlled,
     sandbox_for,
+    service_environment,
 )
 
 SECRET = "the-data-dir-key-0123456789"
@@ -229,3 +230,15 @@ def test_layouts_that_put_the_data_directory_within_reach_are_refused(tmp_path: 
     with pytest.raises(ValueError, match="does not exist"):
         check_layout([data], tmp_path / "ws", read_only=[tmp_path / "missing"])
     check_layout([data], tmp_path / "ws", read_only=[tmp_path / "cache"])
+
+
+def test_service_hosted_runs_get_only_the_named_parts_of_the_servers_environment() -> None:
+    server = {
+        "PATH": "/usr/bin",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C",
+        "PGPASSWORD": "pw",
+        "ANTHROPIC_API_KEY": "k",
+    }
+    assert service_environment(server) == {"PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C"}
+    assert service_environment(server, ["ANTHROPIC_API_KEY"])["ANTHROPIC_API_KEY"] == "k"
