@@ -90,6 +90,23 @@ class ExecutionSettings:
     guarded: tuple[Path, ...] = ()  # no environment repository is cloned from inside these
 
 
+class MaskingChannel:
+    """``channel`` with every line and outcome message masked (:mod:`factoryctl.worker.masking`): the
+    one gate between a run's output and the server, whichever harness or step produced it."""
+
+    def __init__(self, channel: RunChannel, secrets: Sequence[str]) -> None:
+        self.channel, self.secrets = channel, list(secrets)
+
+    async def heartbeat(self, *, start: bool) -> HeartbeatReply:
+        return await self.channel.heartbeat(start=start)
+
+    async def send_logs(self, lines: Sequence[LogLine]) -> None:
+        await self.channel.send_logs([(stream, redact(text, self.secrets)) for stream, text in lines])
+
+    async def report(self, outcome: Outcome) -> None:
+        await self.channel.report(_redacted(outcome, self.secrets))
+
+
 def scrubbed_environment(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` without the worker's own credentials, for the agent processes it starts."""
     return {k: v for k, v in env.items() if k not in PRIVATE_VARIABLES}
@@ -141,6 +158,7 @@ async def execute(
     ``stop`` (worker shutdown) cancels the harness; the run then ends ERROR ``resource_unavailable``
     (retryable) rather than CANCELLED, since no user asked for it.
     """
+    channel = MaskingChannel(channel, job.secret_values())  # docs/workers.md, "Secret masking"
     try:
         reply = await channel.heartbeat(start=True)
     except LeaseLost:

@@ -37,13 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from factoryctl.worker import InvalidClaim
+from factoryctl.worker.masking import MASK, MIN_MASKED_LENGTH, mask
 
 OutcomeState = Literal["SUCCEEDED", "FAILED", "CANCELLED", "ERROR"]
 
-# Secrets shorter than this are not redacted from output: replacing every "1" or "ab" would destroy
-# the log while protecting nothing.
-MIN_REDACTED_SECRET_LENGTH = 4
-REDACTED = "***"
+# Secrets shorter than this are not redacted from output (the rule of factoryctl.worker.masking).
+MIN_REDACTED_SECRET_LENGTH = MIN_MASKED_LENGTH
+REDACTED = MASK
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -60,10 +60,9 @@ def assemble_prompt(
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replace every occurrence of a secret value (longest first) with ``***``."""
-    for value in sorted({s for s in secrets if len(s) >= MIN_REDACTED_SECRET_LENGTH}, key=len, reverse=True):
-        text = text.replace(value, REDACTED)
-    return text
+    """Replace every masked form of a secret value with ``***``: each line of a multi-line value and
+    common encodings too, best effort (:mod:`factoryctl.worker.masking`, docs/workers.md)."""
+    return mask(text, secrets)
 
 
 @dataclass(frozen=True)
