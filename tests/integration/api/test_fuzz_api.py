@@ -280,12 +280,12 @@ def seed(server: Server) -> Seeds:
         "POST", f"{v1}/agent/run", {"prompt": "fuzz: live", "config": {"worker_host": LIVE_HOST}}
     )["run_id"]
     claim = {"worker_host": LIVE_HOST, "wait_seconds": 0, "worker_id": WORKER_ID}
-    assert server.call("POST", f"{v1}/workers/claim", claim)["run"]["run_id"] == live
-    server.call(
-        "POST", f"{v1}/workers/runs/{live}/heartbeat", {"state": "INPROGRESS", "worker_id": WORKER_ID}
-    )
+    claimed = server.call("POST", f"{v1}/workers/claim", claim)
+    assert claimed["run"]["run_id"] == live
+    lease = {"worker_id": WORKER_ID, "lease_token": claimed["lease_token"]}
+    server.call("POST", f"{v1}/workers/runs/{live}/heartbeat", {"state": "INPROGRESS", **lease})
     lines = [{"stream": "stdout", "text": "hello"}, {"stream": "stderr", "text": "oops"}]
-    server.call("POST", f"{v1}/workers/runs/{live}/logs", {"lines": lines, "worker_id": WORKER_ID})
+    server.call("POST", f"{v1}/workers/runs/{live}/logs", {"lines": lines, **lease})
     dispatched = server.call("POST", f"{v1}/factory/{api['uid']}/runs", {"prompt": "fuzz: dispatched"})
     s.runs += [queued, cancelled, live, dispatched["run_id"]]
     ENDED_RUN["id"] = cancelled
