@@ -39,6 +39,7 @@ class ServerSettings:
     run_log_max_bytes: int = 16 * 1024 * 1024
     followups_max_pending: int = 20
     followups_max_pending_bytes: int = 1_048_576
+    run_log_retention_days: int = 30  # 0 keeps run logs forever (docs/operations.md, "Run log retention")
     skills_source: str | None = None
     # The skills clone cache (docs/agent-config.md, "Skill repositories and the clone cache").
     skills_cache_max_bytes: int = 512 * 1024 * 1024

@@ -400,6 +400,13 @@ class Run(Base):
         # Claim queue: oldest QUEUED run for a worker host.
         Index("ix_runs_queue", "state", "worker_host", "queued_at"),
         Index("ix_runs_lease", "state", "lease_expires_at"),
+        # Finished runs that still hold log lines, oldest first: what log retention prunes (docs/operations.md).
+        Index(
+            "ix_runs_log_retention",
+            "finished_at",
+            sqlite_where=text("log_lines > 0 OR log_dropped > 0"),
+            postgresql_where=text("log_lines > 0 OR log_dropped > 0"),
+        ),
     )
     run_id: Mapped[str] = mapped_column(String(40), primary_key=True)
     team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))

@@ -91,6 +91,7 @@ class ServeOptions:
             run_log_max_bytes=pick(None, "RUN_LOG_MAX_BYTES", 16 * 1024 * 1024, int),
             followups_max_pending=pick(None, "FOLLOWUPS_MAX_PENDING", 20, int),
             followups_max_pending_bytes=pick(None, "FOLLOWUPS_MAX_PENDING_BYTES", 1_048_576, int),
+            run_log_retention_days=pick(None, "RUN_LOG_RETENTION_DAYS", 30, int),
         )
         for name in (
             "delivery_rate_limit",
@@ -105,6 +106,8 @@ class ServeOptions:
         ):
             if getattr(settings, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+        if settings.run_log_retention_days < 0:
+            raise ValueError("FACTORY_RUN_LOG_RETENTION_DAYS must be 0 (keep run logs) or more")
         workers = pick(args.workers, "WORKERS", 2, int)
         if workers < 0:
             raise ValueError("--workers must be 0 or more")

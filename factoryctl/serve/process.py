@@ -19,6 +19,7 @@ from api.context import RECONCILE
 from api.ingress.retention import retention_job
 from api.management.validate import VALIDATOR
 from api.notifications.service import NOTIFICATION_SETTINGS, notification_sender
+from api.runs.log_retention import log_retention_job
 from api.schedules.scheduler import schedule_scheduler
 from factoryctl.context import CliContext
 from factoryctl.serve import secondaries
@@ -115,6 +116,7 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
         )
     )
     out.append(retention_job())  # delivery-log retention and rate-counter pruning
+    out.append(log_retention_job())  # run logs of long-finished runs (docs/operations.md)
     return out
 
 

@@ -1,0 +1,77 @@
+"""Run log retention: the lines of runs finished more than ``run_log_retention_days`` ago are deleted.
+
+Runs themselves are kept (their state, status message and event log stay); only ``run_logs`` rows
+go, and the run's log counters start again at zero, so a run continued by a follow-up later logs
+within a fresh cap. ``0`` keeps logs forever (docs/operations.md, "Run log retention").
+
+Each pass takes the oldest finished runs that still hold lines (the partial index
+``ix_runs_log_retention``) in batches of :data:`BATCH_RUNS`, one short transaction each, so neither
+backend holds a long write lock; replicas pruning at the same time delete nothing twice (the run's
+counters are reset in the same transaction, guarded by the cut-off).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from aiohttp import web
+from sqlalchemy import delete, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api.context import CLOCK, SESSIONS, SETTINGS
+from api.periodic import Lifecycle, periodic
+from store.models import Run, RunLog
+
+log = logging.getLogger("factoryctl.runs.retention")
+DEFAULT_INTERVAL_SECONDS = 300.0
+BATCH_RUNS = 100
+MAX_BATCHES = 50  # per pass: the rest waits for the next one
+
+
+async def prune_run_logs(
+    sessions: async_sessionmaker[AsyncSession], *, now: dt.datetime, keep_days: int, batch: int = BATCH_RUNS
+) -> int:
+    """Delete the log lines of runs finished before ``now - keep_days``; returns how many runs."""
+    if keep_days <= 0:
+        return 0
+    cutoff = now - dt.timedelta(days=keep_days)
+    holds_lines = or_(Run.log_lines > 0, Run.log_dropped > 0)
+    pruned = 0
+    for _ in range(MAX_BATCHES):
+        async with sessions() as session, session.begin():
+            pick = (
+                select(Run.run_id)
+                .where(Run.finished_at < cutoff, holds_lines)
+                .order_by(Run.finished_at)
+                .limit(batch)
+            )
+            run_ids = list((await session.scalars(pick)).all())
+            if not run_ids:
+                break
+            await session.execute(delete(RunLog).where(RunLog.run_id.in_(run_ids)))
+            await session.execute(
+                update(Run)
+                .where(Run.run_id.in_(run_ids), Run.finished_at < cutoff)
+                .values(log_lines=0, log_bytes=0, log_dropped=0)
+                .execution_options(synchronize_session=False)
+            )
+        pruned += len(run_ids)
+        if len(run_ids) < batch:
+            break
+    return pruned
+
+
+async def run_once(app: web.Application) -> int:
+    settings = app[SETTINGS]
+    pruned = await prune_run_logs(
+        app[SESSIONS], now=app[CLOCK].now(), keep_days=settings.run_log_retention_days
+    )
+    if pruned:
+        log.info("run log retention pruned the logs of %d run(s)", pruned)
+    return pruned
+
+
+def log_retention_job(interval_seconds: float = DEFAULT_INTERVAL_SECONDS) -> Lifecycle:
+    """A ``cleanup_ctx`` lifecycle pruning old run logs now and then every ``interval_seconds``."""
+    return periodic("run-log-retention", interval_seconds, run_once, log=log)
