@@ -56,6 +56,7 @@ from store.models import Run, RunAttachment, RunFollowup
 from store.secrets import mcp_secret_refs
 
 SKILL_UNAVAILABLE = "skill_unavailable"
+MCP_SERVER_UNAVAILABLE = "mcp_server_unavailable"
 
 
 def followup_json(row: RunFollowup) -> dict[str, Any]:
@@ -153,10 +154,17 @@ async def complete_claim(
 ) -> dict[str, Any] | None:
     """Resolve a skill the run was created without; call after the claim's transaction committed.
 
-    Returns the payload (with ``skill_body``), or None when the run cannot be handed out: the skill
-    is unavailable (the run is then FAILED ``skill_unavailable``) or ``owner`` lost the lease.
+    Returns the payload (with ``skill_body``), or None when the run cannot be handed out: an MCP server
+    could not be expanded (FAILED ``mcp_server_unavailable``: a stored command, a reference its environment
+    no longer defines; docs/agent-config.md, "MCP servers"), the skill is unavailable (FAILED
+    ``skill_unavailable``) or ``owner`` lost the lease.
     """
     run, token = payload["run"], payload.get("lease_token")
+    refused = [f"{n}: {e['error']}" for n, e in (run.get("mcp_servers") or {}).items() if "error" in e]
+    if refused:
+        message = f"MCP server {'; '.join(refused)}"
+        await _fail(sessions, clock, str(run["run_id"]), owner, token, message, MCP_SERVER_UNAVAILABLE)
+        return None
     config = run.get("agent_config") or {}
     spec = config.get("skill_spec")
     if not isinstance(spec, str) or not spec or "skill_body" in run:
@@ -205,11 +213,21 @@ async def _fail_claimed(
     spec: str,
     problem: str,
 ) -> None:
-    message = {
-        "message": f"the skill {spec!r} could not be resolved when the run was claimed: {problem}",
-        "error_code": SKILL_UNAVAILABLE,
-        "retryable": False,
-    }
+    message = f"the skill {spec!r} could not be resolved when the run was claimed: {problem}"
+    await _fail(sessions, clock, run_id, owner, lease_token, message, SKILL_UNAVAILABLE)
+
+
+async def _fail(
+    sessions: async_sessionmaker[AsyncSession],
+    clock: Clock,
+    run_id: str,
+    owner: str,
+    lease_token: str | None,
+    text: str,
+    error_code: str,
+) -> None:
+    """End a claimed run FAILED before any worker sees it (not retryable: the same run fails the same way)."""
+    message = {"message": text, "error_code": error_code, "retryable": False}
     try:
         async with sessions() as session, session.begin():
             await report_state(

@@ -14,10 +14,11 @@ An MCP-capable agent CLI starts every stdio server of the workspace's ``.mcp.jso
   credentials, no private, link-local or reserved literal address.
 
 :func:`expand` turns a run's servers into what the worker writes, from the environment as it is now. It
-runs at creation (problems are 422s) and at every claim (problems become ``{"error": ...}`` entries the
-worker refuses to write), so a run stored before this rule, or by any path that skipped it, still starts no
-program its creator chose. A command entry carries :data:`DEFINED_BY` (the environment's name): the worker
-writes no command without it (:func:`factoryctl.worker.workspace.mcp_config`).
+runs at creation (problems are 422s) and at every claim (problems become ``{"error": ...}`` entries: the
+claim fails the run, :func:`api.claims.payload.complete_claim`), so a run stored before this rule, or by
+any path that skipped it, still starts no program its creator chose. A command entry carries
+:data:`DEFINED_BY` (the environment's name): the worker writes no command without it
+(:func:`factoryctl.worker.workspace.mcp_config`).
 """
 
 from __future__ import annotations

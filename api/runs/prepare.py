@@ -139,7 +139,7 @@ def expand_servers(config: Mapping[str, Any], environment: Environment | None) -
 
 async def run_mcp_servers(session: AsyncSession, team_id: str, config: Mapping[str, Any]) -> dict[str, Any]:
     """What a claim hands the worker as ``mcp_servers``: :func:`expand_servers` with the run's environment
-    read now, a server that cannot be expanded as ``{"error": ...}`` (the worker refuses the run)."""
+    read now, a server that cannot be expanded as ``{"error": ...}`` (the claim fails the run)."""
     env_id = config.get("environment_id")
     environment = (
         await find_environment(session, team_id, env_id) if isinstance(env_id, str) and env_id else None

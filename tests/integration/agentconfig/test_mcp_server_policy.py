@@ -159,7 +159,24 @@ async def test_a_stored_run_with_a_command_gets_no_command_when_claimed(ctx: Ctx
         )
     wake_claimers(ctx.client.app)
     finished = await ctx.finished(run.run_id)
-    assert finished["state"] == "ERROR", finished
-    assert finished["status_message"]["error_code"] == "workspace_unavailable"
+    assert finished["state"] == "FAILED", finished
+    assert finished["status_message"]["error_code"] == "mcp_server_unavailable"
+    assert finished["status_message"]["retryable"] is False
     assert "may not start a command" in finished["status_message"]["message"], finished
     assert not (ctx.dumps / run.run_id).exists()  # the harness never started
+
+
+async def test_a_reference_the_environment_no_longer_defines_fails_the_run_when_claimed(ctx: Ctx) -> None:
+    """The environment as it is at the claim counts: an admin who removes a server stops its use."""
+    await define_backend(ctx, {"github": GITHUB})
+    config = {"environment_id": "backend", "mcp_servers": {"gh": {"warp_id": "github"}}}
+    async with ctx.sessions() as s, s.begin():  # queued while the server was defined...
+        run = await builders.run(s, SystemClock(), ctx.team_id, agent_config=config)
+    resp = await ctx.client.put(f"{ENVIRONMENTS}/backend", json={"setup": ["true"]}, headers=ctx.admin)
+    assert resp.status == 200, await resp.text()  # ...then the admin removed it
+    wake_claimers(ctx.client.app)
+    finished = await ctx.finished(run.run_id)
+    assert finished["state"] == "FAILED", finished
+    message = finished["status_message"]["message"]
+    assert "environment 'backend' defines no MCP server 'github' (defined: none)" in message, message
+    assert not (ctx.dumps / run.run_id).exists()
