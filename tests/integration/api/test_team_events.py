@@ -112,14 +112,20 @@ async def call(client: TestClient[Any, Any], key: str, path: str, body: dict[str
     return await resp.json() if resp.status != 204 else None
 
 
+TOKENS: dict[str, str] = {}  # run id -> the lease token of its claim, presented by every later call
+
+
 async def worker(client: TestClient[Any, Any], key: str, path: str, body: dict[str, Any]) -> None:
-    await call(client, key, f"{WORKERS}{path}", {"worker_id": "wk-1", **body})
+    run_id = path.split("/")[2] if path.startswith("/runs/") else ""
+    token = {"lease_token": TOKENS[run_id]} if run_id in TOKENS else {}
+    await call(client, key, f"{WORKERS}{path}", {"worker_id": "wk-1", **token, **body})
 
 
 async def start(client: TestClient[Any, Any], key: str, run_id: str) -> None:
     """Claim (the only queued run of host-a) and start ``run_id``."""
     claimed = await call(client, key, f"{WORKERS}/claim", {"worker_id": "wk-1", "worker_host": "host-a"})
     assert claimed["run"]["run_id"] == run_id
+    TOKENS[run_id] = claimed["lease_token"]
     await worker(client, key, f"/runs/{run_id}/heartbeat", {"state": "INPROGRESS"})
 
 

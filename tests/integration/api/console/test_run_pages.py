@@ -45,9 +45,17 @@ async def new_run(client: TestClient[Any, Any], key: str, prompt: str = "go") ->
     return run_id
 
 
+TOKENS: dict[str, str] = {}  # run id -> the lease token of its claim, presented by every later call
+
+
 async def worker(client: TestClient[Any, Any], key: str, path: str, body: dict[str, Any]) -> None:
-    resp = await client.post(f"{WORKERS}{path}", json={"worker_id": "wk-1", **body}, headers=h(key))
+    run_id = path.split("/")[2] if path.startswith("/runs/") else ""
+    token = {"lease_token": TOKENS[run_id]} if run_id in TOKENS else {}
+    resp = await client.post(f"{WORKERS}{path}", json={"worker_id": "wk-1", **token, **body}, headers=h(key))
     assert resp.status in (200, 204), await resp.text()
+    if path == "/claim" and resp.status == 200:
+        answer = await resp.json()
+        TOKENS[answer["run"]["run_id"]] = answer["lease_token"]
 
 
 async def start(client: TestClient[Any, Any], key: str, run_id: str) -> None:
@@ -323,3 +331,25 @@ async def test_automation_page_and_test_filter(
     unknown = await (await client.get(url, params={"delivery": f"{hook.uid} d-none"})).text()
     assert "has delivery &#39;d-none&#39;" in unknown or "d-none" in unknown
     assert (await client.get(f"/console/factories/{factory.uid}/automations/aut_nope")).status == 404
+
+
+async def test_a_follow_up_past_the_pending_bound_is_refused_with_a_notice(
+    client: TestClient[Any, Any], member_key: str
+) -> None:
+    """The console's form goes through the same bound as the API (docs/api.md, follow-ups)."""
+    run_id = await new_run(client, member_key)
+    for i in range(20):  # the default bound: 20 pending follow-ups
+        resp = await client.post(
+            f"/api/v1/agent/runs/{run_id}/followups", json={"message": f"more {i}"}, headers=h(member_key)
+        )
+        assert resp.status == 200
+    await sign_in(client, member_key)
+    csrf = token(await (await client.get(f"/console/runs/{run_id}")).text(), "csrf_token")
+    refused = await client.post(
+        f"/console/runs/{run_id}/followups",
+        data={"csrf_token": csrf, "message": "one more"},
+        allow_redirects=False,
+    )
+    assert refused.status == 303 and refused.headers["Location"].endswith("done=followup_limit")
+    page = await (await client.get(refused.headers["Location"])).text()
+    assert "as many follow-ups waiting" in page
