@@ -400,7 +400,7 @@ class Run(Base):
         # Claim queue: oldest QUEUED run for a worker host.
         Index("ix_runs_queue", "state", "worker_host", "queued_at"),
         Index("ix_runs_lease", "state", "lease_expires_at"),
-        # Finished runs that still hold log lines, oldest first: what log retention prunes (docs/operations.md).
+        # Finished runs still holding log lines, oldest first: what log retention prunes (docs/operations.md).
         Index(
             "ix_runs_log_retention",
             "finished_at",
