@@ -60,6 +60,9 @@ def _run(run_id: str, **changes: Any) -> dict[str, Any]:
         "attempt": 0,
         "cancel_requested": False,
         "worker_host": "",
+        "log_lines": 0,
+        "log_bytes": 0,
+        "log_dropped": 0,
     }
     keys = {attr.key: attr.columns[0].key for attr in Run.__mapper__.column_attrs}
     return {keys[k]: v for k, v in {**row, **changes}.items()}
