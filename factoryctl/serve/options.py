@@ -93,19 +93,25 @@ class ServeOptions:
             followups_max_pending_bytes=pick(None, "FOLLOWUPS_MAX_PENDING_BYTES", 1_048_576, int),
             run_log_retention_days=pick(None, "RUN_LOG_RETENTION_DAYS", 30, int),
         )
-        for name in (
-            "delivery_rate_limit",
-            "auth_failure_limit",
-            "client_auth_failure_limit",
-            "max_body_bytes",
-            "delivery_retention_count",
-            "run_log_max_lines",
-            "run_log_max_bytes",
-            "followups_max_pending",
-            "followups_max_pending_bytes",
+        # Settings with a flag are named by it; the rest exist only as FACTORY_* variables.
+        for name, label in (
+            ("delivery_rate_limit", "--delivery-rate-limit"),
+            ("auth_failure_limit", "--auth-failure-limit"),
+            ("client_auth_failure_limit", "--client-auth-failure-limit"),
+            ("max_body_bytes", "--max-body-bytes"),
+            ("delivery_retention_count", "--delivery-retention-count"),
+            ("run_log_max_lines", "FACTORY_RUN_LOG_MAX_LINES"),
+            ("run_log_max_bytes", "FACTORY_RUN_LOG_MAX_BYTES"),
+            ("followups_max_pending", "FACTORY_FOLLOWUPS_MAX_PENDING"),
+            ("followups_max_pending_bytes", "FACTORY_FOLLOWUPS_MAX_PENDING_BYTES"),
+            ("skills_cache_max_bytes", "FACTORY_SKILLS_CACHE_MAX_BYTES"),
+            ("skills_cache_max_entries", "FACTORY_SKILLS_CACHE_MAX_ENTRIES"),
+            ("skills_clone_max_bytes", "FACTORY_SKILLS_CLONE_MAX_BYTES"),
         ):
             if getattr(settings, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+                raise ValueError(f"{label} must be at least 1")
+        if settings.skills_failure_seconds < 0:
+            raise ValueError("FACTORY_SKILLS_FAILURE_SECONDS must be 0 or more")
         if settings.run_log_retention_days < 0:
             raise ValueError("FACTORY_RUN_LOG_RETENTION_DAYS must be 0 (keep run logs) or more")
         workers = pick(args.workers, "WORKERS", 2, int)

@@ -74,3 +74,12 @@ def test_trusted_proxies_come_from_the_flag_or_the_environment(tmp_path: Path) -
 def test_a_bad_setting_stops_the_start(argv: list[str], message: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=message):
         _options(argv, {}, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["FACTORY_RUN_LOG_MAX_LINES", "FACTORY_FOLLOWUPS_MAX_PENDING", "FACTORY_SKILLS_CACHE_MAX_ENTRIES"],
+)
+def test_a_setting_without_a_flag_is_named_by_its_variable(variable: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=f"^{variable} must be at least 1$"):
+        _options([], {variable: "0"}, tmp_path)
