@@ -55,13 +55,6 @@ class ServerSettings:
         return f"http://{host}:{self.port}"
 
 
-@dataclass
-class Metrics:
-    """Prometheus collectors of one app (own registry: no process-global state)."""
-
-    registry: CollectorRegistry
-
-
 SETTINGS = web.AppKey("settings", ServerSettings)
 ENGINE = web.AppKey("engine", AsyncEngine)
 SESSIONS: web.AppKey[async_sessionmaker[AsyncSession]] = web.AppKey("sessions")

@@ -39,9 +39,9 @@ from reconciler.specs import (
     ScheduleSpec,
     TriggerSpec,
     WebhookSpec,
-    canonical_scheme,
 )
 from reconciler.yamlmarks import Marks, parse_yaml, path_str, split_front_matter
+from store.rules.vocabulary import canonical_scheme
 
 MAX_FILE_BYTES = 1024 * 1024
 OUTSIDE = "symlink points outside the factory directory"

@@ -14,17 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store.notification_rules import canonical_events, canonical_filter
-from store.schemes import ALIASES, SCHEMES
 
-SIGNATURE_SCHEMES = SCHEMES
-SCHEME_ALIASES = ALIASES
 AUTH_MODES = ("token", "url_token", "signature")
 MAX_WEBHOOKS_PER_FACTORY = 20
 MAX_NOTIFICATIONS_PER_FACTORY = 20
-
-
-def canonical_scheme(value: str) -> str:
-    return SCHEME_ALIASES.get(value, value)
 
 
 def digest(obj: Any) -> str:

@@ -21,18 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-RUN_STATES: Final = (
-    "QUEUED",
-    "PENDING",
-    "CLAIMED",
-    "INPROGRESS",
-    "BLOCKED",
-    "SUCCEEDED",
-    "FAILED",
-    "ERROR",
-    "CANCELLED",
-)
-RUN_SOURCES: Final = ("API", "CLI", "CUSTOM_WEBHOOK", "FACTORY", "SCHEDULED_AGENT")
+from store.rules.vocabulary import RUN_SOURCES, RUN_STATES
+
 ALL: Final = "run.*"
 FILTER_KEYS: Final = ("factories", "automations", "sources")
 ANY_FACTORY: Final = "*"

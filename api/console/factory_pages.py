@@ -34,7 +34,7 @@ from api.notifications.serialize import endpoint_json
 from api.schedules.serialize import automation_views, schedule_item
 from store.clock import rfc3339
 from store.models import ApplyRecord, Environment, NotificationEndpoint, Schedule
-from store.schemes import SCHEMES
+from store.rules.vocabulary import SIGNATURE_SCHEMES
 
 NO_WEBHOOK: Final = "No such webhook."
 APPLIES: Final = 10
@@ -91,7 +91,7 @@ async def _factory_context(request: web.Request, user: ConsoleUser, uid: str) ->
             "schedules": [schedule_item(s, views) for s in scheds],
             "endpoints": [endpoint_json(e) for e in endpoints],
             "auth_modes": AUTH_MODES,
-            "schemes": sorted(SCHEMES),
+            "schemes": sorted(SIGNATURE_SCHEMES),
             "notice": _notice(request),
             "error": None,
         }

@@ -32,9 +32,9 @@ from api.http.pagination import (
     timestamp_key,
 )
 from api.runs import records as runs
-from api.runs.requests import SOURCES, parse_list_query
-from api.runs.states import RunState
+from api.runs.requests import parse_list_query
 from store.models import Factory, Run
+from store.rules.vocabulary import RUN_SOURCES, RUN_STATES
 
 PAGE_SIZE: Final = 25
 SCAN_LIMIT: Final = 5_000  # runs one page of a search (or of two filters) examines at most
@@ -48,7 +48,6 @@ FILTER_FIELDS: Final = (
     "created_after",
     "created_before",
 )
-STATES: Final = tuple(RunState.__members__)
 
 
 def _picked(query: MultiDict[str]) -> dict[str, Any]:
@@ -166,8 +165,8 @@ async def runs_list(request: web.Request) -> web.StreamResponse:
                 for r in page.rows
             ],
             "form": {**{key: "" for key in FILTER_FIELDS}, "state": [], **picked},
-            "states": STATES,
-            "sources": SOURCES,
+            "states": RUN_STATES,
+            "sources": RUN_SOURCES,
             "factories": factories,
             "next_link": page.next_link,
             "prev_link": page.prev_link,

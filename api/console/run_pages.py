@@ -25,14 +25,13 @@ from api.runs.event_hub import notify_events
 from api.runs.followup_limits import FollowupLimits, TooManyFollowups
 from api.runs.requests import MAX_PROMPT
 from api.runs.serialize import run_item
-from api.runs.states import IllegalTransition
+from api.runs.states import ACTIVE, IllegalTransition
 from api.runs.stream import stream_run
 from api.runs.stream_grants import Grant
 from store.models import Automation, Factory, RunEvent
 
 MAX_PAGE_EVENTS: Final = 2_000  # state changes and follow-ups shown (a run has a handful)
 PAGE_LOG_LINES: Final = 1_000  # the newest log lines shown; the rest are in the logs API
-LIVE_STATES: Final = ("QUEUED", "PENDING", "CLAIMED", "INPROGRESS", "BLOCKED")
 NOTICES: Final = {  # fixed texts only: a query string never puts words on the page
     "cancelled": ("success", "The run was cancelled."),
     "cancel_requested": (
@@ -136,7 +135,7 @@ async def run_page(request: web.Request) -> web.StreamResponse:
     # A run that finished between the two reads is not live: its terminal event is on the page already, and
     # a stream after it would only answer 204 (docs/events.md, "Ordering and delivery").
     states = [str((e.data or {}).get("state")) for e in log.others if e.kind == events.STATE]
-    live = run.state in LIVE_STATES and not (states and events.is_terminal(states[-1]))
+    live = run.state in ACTIVE and not (states and events.is_terminal(states[-1]))
     link = item["session_link"]  # a worker's text: only an http(s) address becomes a link
     return render(
         request,

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from api.http.jsonlimits import InvalidJson, loads_limited
-from store.schemes import ALIASES, SCHEMES
+from store.rules.vocabulary import canonical_scheme
 
 TOLERANCE_SECONDS = 300  # Standard Webhooks (both ways), Stripe and Slack
 LINEAR_TOLERANCE_MS = 60_000
@@ -63,12 +63,6 @@ class _Reject(Exception):
 
 class _InvalidBody(_Reject):
     """Internal: the signature is good, but the body the scheme must read is not acceptable JSON."""
-
-
-def canonical_scheme(name: str) -> str | None:
-    """The canonical scheme name for ``name`` (aliases resolved), or None when unknown."""
-    name = ALIASES.get(name, name)
-    return name if name in SCHEMES else None
 
 
 def delivery_id_header(scheme: str) -> str | None:

@@ -15,10 +15,11 @@ from typing import Any
 
 from api.errors import ValidationFailed
 from api.http.bodies import fail_on, field_error, optional_string, unknown_fields
-from api.ingress.signatures import canonical_scheme, generate_standard_webhooks_secret
+from api.ingress.signatures import generate_standard_webhooks_secret
 from api.ingress.signatures import standard_webhooks_secret_ok as sw_secret_ok
 from store import secrets as secret_store
-from store.schemes import SCHEMES
+from store.rules.vocabulary import SIGNATURE_SCHEMES as SCHEMES
+from store.rules.vocabulary import canonical_scheme
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 HEADER_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,200}$")

@@ -23,8 +23,8 @@ from api.http.bodies import field_error
 from api.runs.config import validate_config, validate_skill_spec
 from api.runs.records import NewAttachment, RunFilters
 from api.runs.states import RunState
+from store.rules.vocabulary import RUN_SOURCES
 
-SOURCES = ("API", "CLI", "CUSTOM_WEBHOOK", "FACTORY", "SCHEDULED_AGENT")
 SORT_BY = ("updated_at", "created_at", "title")
 SORT_ORDER = ("desc", "asc")
 MAX_PROMPT = 200_000
@@ -240,8 +240,8 @@ def parse_list_query(query: MultiMapping[str]) -> ListQuery:
     if name is not None and alias is not None and name != alias:
         raise BadRequest("name and config_name are the same filter; give one of them")
     source = query.get("source")
-    if source is not None and source.upper() not in SOURCES:
-        raise BadRequest(f"source must be one of {', '.join(SOURCES)}")
+    if source is not None and source.upper() not in RUN_SOURCES:
+        raise BadRequest(f"source must be one of {', '.join(RUN_SOURCES)}")
     times = {
         key: parse_rfc3339(query[key], field=key)
         for key in ("created_after", "created_before", "updated_after")

@@ -31,20 +31,10 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
+from store.rules.vocabulary import RunState
+
 ErrorCode = Literal["invalid_request", "conflict"]
 FollowupOutcome = Literal["queued", "delivered", "requeued"]
-
-
-class RunState(StrEnum):
-    QUEUED = "QUEUED"
-    CLAIMED = "CLAIMED"
-    INPROGRESS = "INPROGRESS"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    ERROR = "ERROR"
-    BLOCKED = "BLOCKED"
-    CANCELLED = "CANCELLED"
-    PENDING = "PENDING"  # reserved: nothing enters it yet; it can be cancelled and followed up
 
 
 class RunEvent(StrEnum):

@@ -20,7 +20,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from factoryctl.commands._http import UsageError, common_options, handler
-from factoryctl.commands.runs import STATES, state_text, truncated_text
+from factoryctl.commands.runs import state_text, truncated_text
+from store.rules.vocabulary import RUN_STATES
 
 if TYPE_CHECKING:  # the client (httpx) is imported when the verb runs, not for --help
     from factoryctl.client import FactoryClient, TeamStreamEvent
@@ -44,7 +45,7 @@ def register(sub: Any) -> None:  # argparse subparsers
         action="append",
         default=[],
         type=str.upper,
-        choices=STATES,
+        choices=RUN_STATES,
         help="only state changes into this state (repeatable; follow-ups and log lines are left out)",
     )
     parser.add_argument("--logs", action="store_true", help="log lines too (left out by default)")

@@ -16,22 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from factoryctl.commands._http import UsageError, common_options, handler
+from store.rules.vocabulary import RUN_SOURCES, RUN_STATES
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a verb runs, not for --help
     from factoryctl.client import FactoryClient, RawResponse, RunStreamEvent
-
-STATES = (
-    "PENDING",
-    "QUEUED",
-    "CLAIMED",
-    "INPROGRESS",
-    "BLOCKED",
-    "SUCCEEDED",
-    "FAILED",
-    "ERROR",
-    "CANCELLED",
-)
-SOURCES = ("API", "CLI", "CUSTOM_WEBHOOK", "FACTORY", "SCHEDULED_AGENT")
 
 
 def register(sub: Any) -> None:
@@ -62,12 +50,12 @@ def register(sub: Any) -> None:
 
     lst = verbs.add_parser("list", parents=[common], help="list runs, newest-updated first")
     lst.add_argument(
-        "--state", action="append", default=[], type=str.upper, choices=STATES, help="repeatable"
+        "--state", action="append", default=[], type=str.upper, choices=RUN_STATES, help="repeatable"
     )
     lst.add_argument("--name")
     lst.add_argument("--model")
     lst.add_argument("--creator", help="creator uid (an API key id)")
-    lst.add_argument("--source", type=str.upper, choices=SOURCES)
+    lst.add_argument("--source", type=str.upper, choices=RUN_SOURCES)
     lst.add_argument("--created-after", metavar="RFC3339")
     lst.add_argument("--created-before", metavar="RFC3339")
     lst.add_argument("--updated-after", metavar="RFC3339")

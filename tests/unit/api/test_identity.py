@@ -17,7 +17,8 @@ from api.ingress.identity import (
     normalize_id,
     signed_delivery_identity,
 )
-from api.ingress.signatures import SCHEMES, generate_standard_webhooks_secret, sign, verify
+from api.ingress.signatures import generate_standard_webhooks_secret, sign, verify
+from store.rules.vocabulary import SIGNATURE_SCHEMES as SCHEMES
 
 BODY = b'{"event":"push"}'
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)

@@ -15,9 +15,7 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from api.ingress.signatures import (
-    SCHEMES,
     bearer_token,
-    canonical_scheme,
     delivery_id_header,
     generate_standard_webhooks_secret,
     sign,
@@ -26,6 +24,8 @@ from api.ingress.signatures import (
     token_matches,
     verify,
 )
+from store.rules.vocabulary import SIGNATURE_SCHEMES as SCHEMES
+from store.rules.vocabulary import canonical_scheme
 
 _VECTOR_FILES = [
     Path(__file__).resolve().parents[2]

@@ -27,12 +27,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import create_app
 from api.context import ServerSettings
-from api.ingress.signatures import canonical_scheme, generate_standard_webhooks_secret, sign
+from api.ingress.signatures import generate_standard_webhooks_secret, sign
 from store import ids
 from store import secrets as secret_store
 from store.clock import ManualClock
 from store.crypto import SecretBox
 from store.models import Automation, Delivery, Run, RunAttachment, Webhook
+from store.rules.vocabulary import canonical_scheme
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 INGRESS_MODULES = ("api.ops", "api.ingress.routes")
