@@ -7,15 +7,18 @@ caller as ``cleanup_ctx`` lifecycles so it starts and stops with the app.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from types import MappingProxyType
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api import ops
-from api.auth_failures import AUTH_FAILURES, budget_for
+from api.agents import routes as agents_routes
+from api.auth_failures import AUTH_FAILURES, budget_for, forwarded_client_middleware
+from api.claims import routes as claims_routes
+from api.console import routes as console_routes
 from api.context import (
     BOX,
     CLOCK,
@@ -27,28 +30,41 @@ from api.context import (
     ReconcileTrigger,
     ServerSettings,
 )
+from api.environments import routes as environments_routes
+from api.factories import reconcile as factories_reconcile
+from api.factories import routes as factories_routes
 from api.http.urls import refuse_nul
+from api.ingress import routes as ingress_routes
+from api.management import routes as management_routes
+from api.notifications import routes as notifications_routes
 from api.problems import problem_middleware
+from api.runs import routes as runs_routes
 from api.runs.claim_signal import CLAIM_SIGNAL, ClaimSignal
+from api.schedules import routes as schedules_routes
 from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
 from store.db import session_factory
 
-# Each module exposes ``setup(app)`` adding its routes (and, if needed, its own cleanup_ctx).
-ROUTE_MODULES: tuple[str, ...] = (
-    "api.ops",
-    "api.runs.routes",
-    "api.factories.routes",
-    "api.factories.reconcile",
-    "api.management.routes",
-    "api.ingress.routes",
-    "api.claims.routes",
-    "api.environments.routes",
-    "api.schedules.routes",
-    "api.agents.routes",
-    "api.notifications.routes",
-    "api.console.routes",
+# Each module exposes ``setup(app)`` adding its routes (and, if needed, its own cleanup_ctx). They are
+# imported here, not looked up by name, so the import graph and its contracts see these arrows
+# (docs/architecture.md, "Floors of api"); callers still choose modules by name.
+ROUTES: Mapping[str, Callable[[web.Application], None]] = MappingProxyType(
+    {
+        "api.ops": ops.setup,
+        "api.runs.routes": runs_routes.setup,
+        "api.factories.routes": factories_routes.setup,
+        "api.factories.reconcile": factories_reconcile.setup,
+        "api.management.routes": management_routes.setup,
+        "api.ingress.routes": ingress_routes.setup,
+        "api.claims.routes": claims_routes.setup,
+        "api.environments.routes": environments_routes.setup,
+        "api.schedules.routes": schedules_routes.setup,
+        "api.agents.routes": agents_routes.setup,
+        "api.notifications.routes": notifications_routes.setup,
+        "api.console.routes": console_routes.setup,
+    }
 )
+ROUTE_MODULES: tuple[str, ...] = tuple(ROUTES)
 
 Lifecycle = Callable[[web.Application], AsyncIterator[None]]
 
@@ -78,9 +94,11 @@ def create_app(
     app[AUTH_FAILURES] = budget_for(
         engine, app[CLOCK], settings.client_auth_failure_limit, settings.trusted_proxies
     )
+    if settings.trusted_proxies:
+        app.middlewares.insert(0, forwarded_client_middleware(app[AUTH_FAILURES]))
     app[CLAIM_SIGNAL] = ClaimSignal()
     app[ops.LATENCY] = latency
     for name in route_modules:
-        importlib.import_module(name).setup(app)
+        ROUTES[name](app)
     app.cleanup_ctx.extend(lifecycles)
     return app
