@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.ratelimit.counters import counter_for
@@ -77,13 +78,15 @@ def _trusted(address: Address, trusted: tuple[Network, ...]) -> bool:
     return any(address.version == net.version and address in net for net in trusted)
 
 
-def client_address(peer: str | None, forwarded_for: Iterable[str], trusted: tuple[Network, ...]) -> str:
-    """Whose budget a request spends: ``peer`` (the TCP peer), or behind trusted proxies the right-most
-    ``X-Forwarded-For`` hop that is not one of them (a hop that is not an address stops the walk at the
-    last trusted one). IPv6 addresses are reduced to their ``/64``."""
+def forwarded_client(
+    peer: str | None, forwarded_for: Iterable[str], trusted: tuple[Network, ...]
+) -> str | None:
+    """The client behind trusted proxies: the right-most ``X-Forwarded-For`` hop that is not one of them (a
+    hop that is not an address stops the walk at the last trusted one); ``peer`` itself when it is not a
+    trusted proxy; None when ``peer`` is not an address."""
     current = _address(peer)
     if current is None:
-        return peer or "unknown"
+        return None
     if trusted and _trusted(current, trusted):
         hops = [hop for header in forwarded_for for hop in header.split(",")]
         for hop in reversed(hops[-_MAX_HOPS:]):
@@ -93,9 +96,19 @@ def client_address(peer: str | None, forwarded_for: Iterable[str], trusted: tupl
             current = found
             if not _trusted(found, trusted):
                 break
-    if isinstance(current, ipaddress.IPv6Address):
-        return str(ipaddress.IPv6Network((current, IPV6_PREFIX), strict=False))
     return str(current)
+
+
+def client_address(peer: str | None, forwarded_for: Iterable[str], trusted: tuple[Network, ...]) -> str:
+    """Whose budget a request spends: the :func:`forwarded_client`, IPv6 addresses reduced to their
+    ``/64``."""
+    client = forwarded_client(peer, forwarded_for, trusted)
+    if client is None:
+        return peer or "unknown"
+    found = ipaddress.ip_address(client)
+    if isinstance(found, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((found, IPV6_PREFIX), strict=False))
+    return client
 
 
 @dataclass
@@ -106,6 +119,11 @@ class AuthFailureBudget:
     limit: int
     clock: Clock
     trusted: tuple[Network, ...] = ()
+
+    def client(self, request: web.BaseRequest) -> str | None:
+        """The request's client address as the access log shows it (behind trusted proxies, the hop they
+        name; else the TCP peer)."""
+        return forwarded_client(request.remote, request.headers.getall("X-Forwarded-For", []), self.trusted)
 
     def key(self, request: web.BaseRequest) -> str:
         forwarded = request.headers.getall("X-Forwarded-For", [])
@@ -124,6 +142,21 @@ class AuthFailureBudget:
 
 
 AUTH_FAILURES = web.AppKey("auth_failure_budget", AuthFailureBudget)
+CLIENT = web.RequestKey("client", str)  # read by the access log (api/ops.py); set only behind trusted proxies
+
+
+def forwarded_client_middleware(budget: AuthFailureBudget) -> Middleware:
+    """Behind ``--trusted-proxy`` networks, note each request's forwarded client for the access log (a
+    request aiohttp could not parse never reaches a middleware, and is logged with its TCP peer only)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        client = budget.client(request)
+        if client is not None:
+            request[CLIENT] = client
+        return await handler(request)
+
+    return middleware
 
 
 def budget_for(
@@ -135,4 +168,13 @@ def budget_for(
     return AuthFailureBudget(counter_for(engine), limit, clock, parse_networks(trusted_proxies))
 
 
-__all__ = ["AUTH_FAILURES", "AuthFailureBudget", "budget_for", "client_address", "parse_networks"]
+__all__ = [
+    "AUTH_FAILURES",
+    "CLIENT",
+    "AuthFailureBudget",
+    "budget_for",
+    "client_address",
+    "forwarded_client",
+    "forwarded_client_middleware",
+    "parse_networks",
+]

@@ -13,6 +13,7 @@ from aiohttp.abc import AbstractAccessLogger
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from sqlalchemy import text
 
+from api.auth_failures import CLIENT
 from api.context import ENGINE, RECONCILE, REGISTRY
 from api.redaction import redact_path
 
@@ -21,22 +22,23 @@ LATENCY = web.AppKey("latency_histogram", Histogram)
 
 class JsonAccessLogger(AbstractAccessLogger):
     """One JSON object per request; never logs headers, bodies or query strings (they may carry secrets),
-    and shows a ``url_token`` webhook's secret path segment as ``{token}`` (:func:`redact_path`)."""
+    and shows a ``url_token`` webhook's secret path segment as ``{token}`` (:func:`redact_path`).
+
+    ``remote`` is the TCP peer; behind ``--trusted-proxy`` networks ``client`` is the address they forwarded
+    (docs/operations.md, "Behind a reverse proxy"), never an ``X-Forwarded-For`` an untrusted peer wrote."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        path = redact_path(request.path)
-        self.logger.info(
-            json.dumps(
-                {
-                    "msg": "request",
-                    "method": request.method,
-                    "path": path,
-                    "status": response.status,
-                    "duration_ms": round(time * 1000, 2),
-                    "remote": request.remote,
-                }
-            )
-        )
+        record: dict[str, object] = {
+            "msg": "request",
+            "method": request.method,
+            "path": redact_path(request.path),
+            "status": response.status,
+            "duration_ms": round(time * 1000, 2),
+            "remote": request.remote,
+        }
+        if CLIENT in request:
+            record["client"] = request[CLIENT]
+        self.logger.info(json.dumps(record))
 
 
 def route_label(request: web.Request) -> str:

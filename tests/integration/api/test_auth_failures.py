@@ -6,6 +6,8 @@ names the client only when the peer is a configured trusted proxy."""
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.app import ROUTE_MODULES, create_app
 from api.context import ServerSettings
+from api.ops import JsonAccessLogger
 from store.clock import ManualClock
 from store.crypto import SecretBox
 from store.db import create_engine
@@ -55,7 +58,9 @@ async def started(
             clock=manual_clock,
             route_modules=ROUTE_MODULES,
         )
-        client: TestClient[Any, Any] = TestClient(TestServer(app))
+        server = TestServer(app)
+        await server.start_server(access_log_class=JsonAccessLogger)  # the access log serve writes
+        client: TestClient[Any, Any] = TestClient(server)
         await client.start_server()
         clients.append(client)
         return client
@@ -127,6 +132,22 @@ async def test_trusted_proxy_names_the_client_only_when_configured(started: Any,
     for n in range(3):
         assert (await direct.get(RUNS, headers=bearer(f"fk_{n}", f"198.51.100.{n}"))).status == 401
     assert (await direct.get(RUNS, headers=bearer(good, "198.51.100.200"))).status == 429
+
+
+async def test_the_access_log_names_the_forwarded_client_only_behind_a_trusted_proxy(
+    started: Any, make_key: MakeKey, caplog: pytest.LogCaptureFixture
+) -> None:
+    good = await make_key("member")
+    behind = await started(trusted_proxies=("127.0.0.1/32",))
+    direct = await started()
+    with caplog.at_level(logging.INFO, logger="aiohttp.access"):
+        assert (await behind.get(RUNS, headers=bearer(good, "203.0.113.9, 198.51.100.7"))).status == 200
+        assert (await direct.get(RUNS, headers=bearer(good, "198.51.100.7"))).status == 200
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "aiohttp.access"]
+    assert [(line["remote"], line.get("client")) for line in lines] == [
+        ("127.0.0.1", "198.51.100.7"),  # the hop the trusted proxy appended, not what the client wrote
+        ("127.0.0.1", None),  # no trusted proxy: the header is not evidence of anything
+    ]
 
 
 async def test_two_replicas_on_one_postgresql_store_count_together(
