@@ -30,6 +30,7 @@ from api.runs.requests import MAX_PROMPT, MAX_TITLE, validate_metadata
 from api.runs.routes import creator_of
 from store import ids
 from store.models import ApplyRecord, Automation, Factory, Webhook
+from store.rules.vocabulary import RunSource
 
 FOREMAN = "foreman"
 MAX_NAME = 200
@@ -181,7 +182,7 @@ async def dispatch_factory_run(request: web.Request) -> web.Response:
             prompt=dispatch_prompt(prompt, ticket_ref, ticket_url),
             title=title or (f"{ticket_ref}: {runs.default_title(prompt)}" if ticket_ref else None),
             agent_config=config,
-            source="FACTORY",
+            source=RunSource.FACTORY,
             creator=creator_of(who),
             metadata=metadata,
             attachments=[],

@@ -35,6 +35,7 @@ from api.runs.records import Creator, NewAttachment, build_run_row, insert_runs
 from store.bulk import insert_returning, insert_rows
 from store.clock import Clock
 from store.models import Delivery
+from store.rules.vocabulary import RunSource
 
 ACCEPTED = "Accepted"
 DUPLICATE = "Duplicate"
@@ -43,7 +44,7 @@ REJECTED_JSON = "Rejected (invalid JSON)"
 REJECTED_TOO_LARGE = "Rejected (too large)"
 STATUSES = (ACCEPTED, DUPLICATE, REJECTED_AUTH, REJECTED_JSON, REJECTED_TOO_LARGE)
 
-RUN_SOURCE = "CUSTOM_WEBHOOK"
+RUN_SOURCE = RunSource.CUSTOM_WEBHOOK
 _DETAIL_MAX = 500
 _DELIVERIES: Table = Delivery.__table__  # type: ignore[assignment]
 _INSERT_DELIVERIES = insert(_DELIVERIES)

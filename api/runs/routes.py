@@ -33,6 +33,7 @@ from api.runs.states import IllegalTransition, RunState
 from api.runs.stream import setup as setup_event_stream
 from store import NotFound
 from store.apikeys import Principal
+from store.rules.vocabulary import RunSource
 
 CLI_SOURCE_HEADER = "X-Factory-Source"
 OPENAPI_PATH = Path(__file__).resolve().parents[2] / "schemas" / "openapi.yaml"
@@ -57,7 +58,8 @@ async def create_agent_run(request: web.Request) -> web.Response:
     parsed = parse_run_request(body, max_attachment_bytes=settings.max_attachment_bytes)
     # agent_identity_uid, interactive and mode are accepted and ignored: a foreman identity never
     # dispatches a factory from here (factories are dispatched by UID, POST /factory/{uid}/runs).
-    source = "CLI" if request.headers.get(CLI_SOURCE_HEADER, "").strip().upper() == "CLI" else "API"
+    cli = request.headers.get(CLI_SOURCE_HEADER, "").strip().upper() == RunSource.CLI
+    source = RunSource.CLI if cli else RunSource.API
     async with sessions(request)() as session, session.begin():
         if parsed.parent_run_id is not None:
             try:

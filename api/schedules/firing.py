@@ -33,10 +33,11 @@ from api.runs.skills import SkillResolver, SkillUnavailable
 from store.clock import ManualClock, rfc3339
 from store.cron import CronError, latest_fire, next_fire, parse, zone
 from store.models import Automation, Factory, Run, Schedule, ScheduleFire
+from store.rules.vocabulary import RunSource
 
 log = logging.getLogger("factoryctl.schedules")
 
-SOURCE = "SCHEDULED_AGENT"
+SOURCE = RunSource.SCHEDULED_AGENT
 _ERROR_MAX = 1000  # schedules.last_spawn_error and schedule_fires.error
 _FIRES: Table = ScheduleFire.__table__  # type: ignore[assignment]
 _JUST_BEFORE = dt.timedelta(microseconds=1)
