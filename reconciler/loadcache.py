@@ -3,8 +3,8 @@
 Loading parses and schema-checks every file, so a no-op plan of a large repository would spend almost
 all its time re-reading files that did not change. A :class:`LoadCache` keeps the last
 :class:`reconciler.loader.LoadResult` per directory together with a fingerprint: every path the
-loader looks at (``factory.yaml``, ``webhooks/*``, ``automations/*/*``, ``environments/*``,
-``schedules/*``, ``notifications/*``) with its size, mtime, ctime and inode (of a symlink, and of its
+loader looks at (``factory.yaml`` and the files of every kind of :mod:`reconciler.registry`:
+``webhooks/*``, ``automations/*/*``, ...) with its size, mtime, ctime and inode (of a symlink, and of its
 target when the loader would follow it). An edited, added, removed or renamed file changes the
 fingerprint and the directory is loaded again: the work is proportional to the factory that changed,
 not to the repository.
@@ -27,11 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler import loader
+from reconciler import loader, registry
 
 RACY_NS = 2_000_000_000
-_TOP = ("factory.yaml", "factory.yml")
-_DIRS = ("webhooks", "automations", "environments", "schedules", "notifications")
 
 Stamp = tuple[str, int, int, int, int]  # path, size, mtime_ns, ctime_ns, inode
 
@@ -68,15 +66,16 @@ def fingerprint(root: Path, *, follow_symlinks: bool = True) -> tuple[Stamp, ...
         return sorted(os.listdir(real))
 
     try:
-        for name in _TOP:
+        for name in registry.FACTORY_FILES:
             if os.path.lexists(os.path.join(base, name)):
                 add(name)
-        for folder in _DIRS:
+        for kind in registry.KINDS:
+            folder = kind.folder
             if not os.path.lexists(os.path.join(base, folder)):
                 continue
             for child in listing(add(folder)):
                 real = add(f"{folder}/{child}")
-                if folder == "automations":
+                if kind.file:  # <folder>/<name>/<file>
                     for inner in listing(real):
                         add(f"{folder}/{child}/{inner}")
     except OSError:

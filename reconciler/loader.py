@@ -29,27 +29,15 @@ from typing import Any
 
 from reconciler import schema_errors
 from reconciler.diagnostics import Diagnostic
-from reconciler.specs import (
-    AutomationSpec,
-    EnvironmentSpec,
-    FactoryDefinition,
-    FactorySpec,
-    Location,
-    NotificationSpec,
-    ScheduleSpec,
-    TriggerSpec,
-    WebhookSpec,
-)
+from reconciler.registry import KINDS, Kind
+from reconciler.specs import FactoryDefinition, FactorySpec, Location
 from reconciler.yamlmarks import Marks, parse_yaml, path_str, split_front_matter
-from store.rules.vocabulary import canonical_scheme
 
 MAX_FILE_BYTES = 1024 * 1024
 OUTSIDE = "symlink points outside the factory directory"
 NOT_FOLLOWED = "symlink not followed: definitions from a git source are read from the commit's tree"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 YAML_SUFFIXES = (".yaml", ".yml")
-SCHEDULE_VALUES = ("cron", "timezone", "automation")
-NOTIFICATION_VALUES = ("url",)
 
 
 @dataclass
@@ -338,125 +326,58 @@ class _Loader:
             locations=doc.locations(),
         )
 
-    def webhooks(self) -> list[WebhookSpec]:
+    def kind(self, kind: Kind) -> list[Any]:
+        """Every spec of ``kind`` that loads cleanly, its files found by the kind's pattern."""
+        return self.markdown_specs(kind) if kind.file else self.yaml_specs(kind)
+
+    def yaml_specs(self, kind: Kind) -> list[Any]:
+        """Specs of ``<folder>/<name>.yaml`` files."""
         out = []
-        for rel, name in self.yaml_files("webhooks", "webhook"):
+        for rel, name in self.yaml_files(kind.folder, kind.name):
             text = self.read(rel)
-            doc = None if text is None else self.document(rel, "webhook", text)
-            if doc is None:
-                continue
-            data = doc.data
-            scheme = data.get("signatureScheme")
-            out.append(
-                WebhookSpec(
-                    name=name,
-                    path=rel,
-                    secret_name=data["secretName"],
-                    auth_mode=data.get("authMode", "token"),
-                    signature_scheme=canonical_scheme(scheme) if scheme else None,
-                    delivery_id_header=data.get("deliveryIdHeader"),
-                    enabled=data.get("enabled", True),
-                    description=data.get("description"),
-                    locations=doc.locations(),
-                )
-            )
+            doc = None if text is None else self.document(rel, kind.schema, text, empty_ok=kind.empty_ok)
+            if doc is not None:
+                # The rules judge these values (FC070-FC072, FC080): point at the value, where the fix goes.
+                values = {
+                    k: Location(doc.display, *doc.marks.value((k,))) for k in kind.values if k in doc.data
+                }
+                out.append(kind.spec.from_document(name, rel, doc.data, doc.locations() | values))
         return out
 
-    def automations(self) -> list[AutomationSpec]:
+    def markdown_specs(self, kind: Kind) -> list[Any]:
+        """Specs of ``<folder>/<name>/<file>`` files: Markdown whose front matter is the document."""
         out = []
-        for entry in self.listdir("automations"):
-            folder = f"automations/{entry.name}"
+        for entry in self.listdir(kind.folder):
+            folder = f"{kind.folder}/{entry.name}"
             if entry.kind == "file":
                 if not entry.name.lower().startswith("readme"):
-                    self.warn(
-                        folder, "ignored: an automation is a directory, automations/<name>/automation.md"
-                    )
+                    article = "an" if kind.name[0] in "aeiou" else "a"
+                    self.warn(folder, f"ignored: {article} {kind.name} is a directory, {kind.pattern}")
                 continue
-            rel = f"{folder}/automation.md"
-            text = self.read(rel, missing=f"{folder}/ has no automation.md")
-            if text is None or not self.named(rel, entry.name, "automation"):
+            rel = f"{folder}/{kind.file}"
+            text = self.read(rel, missing=f"{folder}/ has no {kind.file}")
+            if text is None or not self.named(rel, entry.name, kind.name):
                 continue
-            spec = self.automation(rel, entry.name, text)
+            spec = self.markdown(kind, rel, entry.name, text)
             if spec is not None:
                 out.append(spec)
         return out
 
-    def automation(self, rel: str, name: str, text: str) -> AutomationSpec | None:
+    def markdown(self, kind: Kind, rel: str, name: str, text: str) -> Any:
         split = split_front_matter(text, self.display(rel))
         if isinstance(split, Diagnostic):
             self.diagnostics.append(split)
             return None
         front, offset, body, body_line = split
-        doc = self.document(rel, "automation", front, line_offset=offset, empty_ok=True)
+        doc = self.document(rel, kind.schema, front, line_offset=offset, empty_ok=True)
         if doc is None:
             return None
-        data, prompt = doc.data, body.strip()
-        config = data.get("config", {})
-        if not prompt and not config.get("skill_spec"):
-            message = "the automation has no prompt: write it as Markdown below the front matter"
-            self.error(rel, message, body_line - 1, 1, "FC010")
+        body_at = Location(doc.display, body_line, 1)
+        spec = kind.spec.from_markdown(name, rel, doc.data, doc.locations(), body, body_at)
+        if isinstance(spec, str):  # what the body lacks
+            self.error(rel, spec, body_line - 1, 1, "FC010")
             return None
-        locations = doc.locations()
-        locations["prompt"] = Location(doc.display, body_line, 1)
-        triggers = tuple(
-            TriggerSpec(
-                provider=t["provider"],
-                event=t["event"],
-                webhook_ids=tuple(t["filter"].get("webhook_ids", ())),
-                webhooks=tuple(t["filter"].get("webhooks", ())),
-                payload_filter=t["filter"].get("payload"),
-                location=locations.get(f"triggers[{i}]"),
-            )
-            for i, t in enumerate(data.get("triggers", []))
-        )
-        return AutomationSpec(
-            name=name,
-            path=rel,
-            prompt=prompt,
-            enabled=data.get("enabled", True),
-            agent=data.get("agent", "foreman"),
-            title=data.get("title"),
-            config=config,
-            triggers=triggers,
-            locations=locations,
-        )
-
-    def environments(self) -> list[EnvironmentSpec]:
-        out = []
-        for rel, name in self.yaml_files("environments", "environment"):
-            text = self.read(rel)
-            doc = None if text is None else self.document(rel, "environment", text, empty_ok=True)
-            if doc is not None:
-                out.append(EnvironmentSpec(name=name, path=rel, spec=doc.data, locations=doc.locations()))
-        return out
-
-    def schedules(self) -> list[ScheduleSpec]:
-        out = []
-        for rel, name in self.yaml_files("schedules", "schedule"):
-            text = self.read(rel)
-            doc = None if text is None else self.document(rel, "schedule", text)
-            if doc is not None:
-                # The rules judge these values (FC070-FC072): point at the value, where the fix goes.
-                values = {
-                    k: Location(doc.display, *doc.marks.value((k,))) for k in SCHEDULE_VALUES if k in doc.data
-                }
-                out.append(ScheduleSpec.from_document(name, rel, doc.data, doc.locations() | values))
-        return out
-
-    def notifications(self) -> list[NotificationSpec]:
-        out = []
-        for rel, name in self.yaml_files("notifications", "notification"):
-            text = self.read(rel)
-            doc = None if text is None else self.document(rel, "notification", text)
-            if doc is not None:
-                # The rules judge the URL (FC080): point at the value, where the fix goes.
-                values = {
-                    k: Location(doc.display, *doc.marks.value((k,)))
-                    for k in NOTIFICATION_VALUES
-                    if k in doc.data
-                }
-                out.append(NotificationSpec.from_document(name, rel, doc.data, doc.locations() | values))
-        return out
+        return spec
 
     def digest(self) -> str:
         sha = hashlib.sha256()
@@ -468,9 +389,8 @@ class _Loader:
 
 
 def load(root: Path, *, follow_symlinks: bool = True) -> LoadResult:
-    """Load the factory directory ``root`` (``factory.yaml``, ``webhooks/``, ``automations/``,
-    ``environments/``, ``schedules/``, ``notifications/``). Never raises for bad input: every problem is
-    a diagnostic.
+    """Load the factory directory ``root`` (``factory.yaml`` and the folder of every kind of
+    :mod:`reconciler.registry`). Never raises for bad input: every problem is a diagnostic.
 
     Symlinks whose real path stays inside the root are followed; with ``follow_symlinks=False`` (a git
     snapshot, where the commit's tree is the truth) none is, and each is a diagnostic.
@@ -487,20 +407,10 @@ def load(root: Path, *, follow_symlinks: bool = True) -> LoadResult:
             None, [Diagnostic("FC001", message, loader.display("factory.yaml"), hint=hint)], 0, shown
         )
     factory = loader.factory()
-    webhooks, automations, environments = loader.webhooks(), loader.automations(), loader.environments()
-    schedules, notifications = loader.schedules(), loader.notifications()
+    specs = {kind.folder: tuple(loader.kind(kind)) for kind in KINDS}  # in the registry's load order
     definition = None
     if factory is not None:
-        definition = FactoryDefinition(
-            root=shown,
-            factory=factory,
-            webhooks=tuple(webhooks),
-            automations=tuple(automations),
-            environments=tuple(environments),
-            schedules=tuple(schedules),
-            notifications=tuple(notifications),
-            content_digest=loader.digest(),
-        )
+        definition = FactoryDefinition(root=shown, factory=factory, content_digest=loader.digest(), **specs)
     return LoadResult(definition, loader.diagnostics, loader.files, shown)
 
 

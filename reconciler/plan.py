@@ -18,31 +18,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from reconciler.specs import KNOWN_AFTER_APPLY, FactoryDefinition, digest
+from reconciler.registry import APPLY_ORDER, BY_NAME, FACTORY, KINDS
+from reconciler.specs import KNOWN_AFTER_APPLY, AutomationSpec, FactoryDefinition, digest
 
-Kind = Literal["factory", "webhook", "environment", "automation", "schedule", "notification"]
 Action = Literal["create", "update", "delete", "replace"]
 
-KIND_ORDER: tuple[Kind, ...] = (
-    "factory",
-    "webhook",
-    "environment",
-    "automation",
-    "schedule",
-    "notification",
-)
-UID_PREFIX: dict[str, str] = {
-    "factory": "fa",
-    "webhook": "wh",
-    "environment": "env",
-    "automation": "au",
-    "schedule": "sch",
-    "notification": "ne",
-}
+KIND_ORDER: tuple[str, ...] = tuple(kind.name for kind in (FACTORY, *APPLY_ORDER))
+UID_PREFIX: dict[str, str] = {name: kind.prefix for name, kind in BY_NAME.items()}
 SECRET_FIELDS = frozenset({"secret_name", "secret_version"})
+_FOLDERS = {kind.folder: kind.name for kind in KINDS}
 
 
 @dataclass(frozen=True)
@@ -56,25 +43,49 @@ class StoredObject:
     secret_version: int | None = None  # webhooks: the captured secret version
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class StoreState:
-    """What the store holds for one factory, plus the team facts a plan needs."""
+    """What the store holds for one factory, plus the team facts a plan needs.
 
-    factory: StoredObject | None = None
-    managed_by: str | None = None
-    webhooks: Mapping[str, StoredObject] = field(default_factory=dict)
-    automations: Mapping[str, StoredObject] = field(default_factory=dict)
-    environments: Mapping[str, StoredObject] = field(default_factory=dict)
-    schedules: Mapping[str, StoredObject] = field(default_factory=dict)
-    notifications: Mapping[str, StoredObject] = field(default_factory=dict)
-    secret_versions: Mapping[str, int] = field(default_factory=dict)  # team secret name -> current version
-    taken_environments: Mapping[str, str] = field(default_factory=dict)  # env name -> owner, other factories
+    ``stored`` has each kind's live objects by name, keyed by kind (:mod:`reconciler.registry`); they
+    may also be given and read by the kind's folder: ``StoreState(webhooks={...})``, ``state.webhooks``.
+    """
 
-    def objects(self, kind: Kind) -> Mapping[str, StoredObject]:
-        if kind == "factory":
+    factory: StoredObject | None
+    managed_by: str | None
+    stored: Mapping[str, Mapping[str, StoredObject]]
+    secret_versions: Mapping[str, int]  # team secret name -> current version
+    taken_environments: Mapping[str, str]  # env name -> owner, other factories
+
+    def __init__(
+        self,
+        factory: StoredObject | None = None,
+        managed_by: str | None = None,
+        stored: Mapping[str, Mapping[str, StoredObject]] | None = None,
+        secret_versions: Mapping[str, int] | None = None,
+        taken_environments: Mapping[str, str] | None = None,
+        **by_folder: Mapping[str, StoredObject],
+    ) -> None:
+        unknown = sorted(set(by_folder) - set(_FOLDERS))
+        if unknown:
+            raise TypeError(f"StoreState() got unknown kinds: {', '.join(unknown)}")
+        merged = dict(stored or {}) | {_FOLDERS[folder]: objs for folder, objs in by_folder.items()}
+        object.__setattr__(self, "factory", factory)
+        object.__setattr__(self, "managed_by", managed_by)
+        object.__setattr__(self, "stored", merged)
+        object.__setattr__(self, "secret_versions", secret_versions or {})
+        object.__setattr__(self, "taken_environments", taken_environments or {})
+
+    def objects(self, kind: str) -> Mapping[str, StoredObject]:
+        if kind == FACTORY.name:
             return {self.factory.name: self.factory} if self.factory else {}
-        stored: Mapping[str, StoredObject] = getattr(self, f"{kind}s")  # the field named for the kind
-        return stored
+        return self.stored.get(kind, {})
+
+    def __getattr__(self, folder: str) -> Mapping[str, StoredObject]:
+        """A kind's objects by its folder: ``state.webhooks``."""
+        if folder in _FOLDERS:
+            return self.objects(_FOLDERS[folder])
+        raise AttributeError(folder)
 
 
 @dataclass(frozen=True)
@@ -82,7 +93,7 @@ class Change:
     """One line of a plan. ``uid`` is None for objects that get their UID on apply."""
 
     action: Action
-    kind: Kind
+    kind: str  # a kind of the registry (reconciler.registry)
     name: str
     uid: str | None = None
     fields: tuple[str, ...] = ()
@@ -177,7 +188,7 @@ def _unchanged(stored: StoredObject, desired: dict[str, Any], desired_digest: st
 
 
 def _diff_kind(
-    kind: Kind,
+    kind: str,
     desired: Mapping[str, dict[str, Any]],
     stored: Mapping[str, StoredObject],
     secret_versions: Mapping[str, int] | None = None,
@@ -225,6 +236,12 @@ def factory_fields(definition: FactoryDefinition) -> dict[str, Any]:
     return fields
 
 
+def _desired(spec: Any, uids: Mapping[str, str | None]) -> dict[str, Any]:
+    """A spec's compared fields; an automation's resolve the webhook names of its triggers."""
+    fields: dict[str, Any] = spec.fields(uids) if isinstance(spec, AutomationSpec) else spec.fields()
+    return fields
+
+
 def diff(definition: FactoryDefinition, state: StoreState) -> Plan:
     """Every change needed to make the store match ``definition``.
 
@@ -239,35 +256,29 @@ def diff(definition: FactoryDefinition, state: StoreState) -> Plan:
     keeps gives its UID; one this apply creates (new, renamed, or recreated) gives ``(known after
     apply)``, so an automation naming it is created or updated ("re-pointed") in the same apply.
     """
+    webhooks = state.objects("webhook")
     uids: dict[str, str | None] = {
-        w.name: stored.uid if (stored := state.webhooks.get(w.name)) else None for w in definition.webhooks
+        w.name: stored.uid if (stored := webhooks.get(w.name)) else None for w in definition.webhooks
     }
     name = definition.factory.name
     changes: list[Change] = []
     if state.factory is None:
-        changes.append(Change("create", "factory", name))
+        changes.append(Change("create", FACTORY.name, name))
     else:
         changed = changed_fields(state.factory.fields, factory_fields(definition))
         if changed:
-            changes.append(Change("update", "factory", name, state.factory.uid, changed))
-    changes += _diff_kind(
-        "webhook", {w.name: w.fields() for w in definition.webhooks}, state.webhooks, state.secret_versions
-    )
-    changes += _diff_kind(
-        "environment", {e.name: e.fields() for e in definition.environments}, state.environments
-    )
-    automations = _diff_kind(
-        "automation", {a.name: a.fields(uids) for a in definition.automations}, state.automations
-    )
+            changes.append(Change("update", FACTORY.name, name, state.factory.uid, changed))
+    for kind in APPLY_ORDER:
+        desired = {spec.name: _desired(spec, uids) for spec in kind.specs(definition)}
+        versions = state.secret_versions if kind.secret_version else None
+        changes += _diff_kind(kind.name, desired, state.objects(kind.name), versions)
     named = {a.name: a.webhook_names for a in definition.automations}
-    changes += [
+    changes = [
         replace(c, webhooks=tuple((n, None) for n in named.get(c.name, ()) if uids.get(n) is None))
-        for c in automations
+        if c.kind == "automation"
+        else c
+        for c in changes
     ]
-    changes += _diff_kind("schedule", {s.name: s.fields() for s in definition.schedules}, state.schedules)
-    changes += _diff_kind(
-        "notification", {n.name: n.fields() for n in definition.notifications}, state.notifications
-    )
     return Plan(
         factory_name=name,
         factory_uid=state.factory.uid if state.factory else None,

@@ -41,6 +41,7 @@ from typing import Any
 
 import safegit
 from reconciler.diagnostics import Diagnostic
+from reconciler.registry import KINDS
 from reconciler.specs import (
     MAX_NOTIFICATIONS_PER_FACTORY,
     MAX_WEBHOOKS_PER_FACTORY,
@@ -93,18 +94,10 @@ def check(
     """
     out: list[Diagnostic] = []
     out += _limits(definition)
-    out += _duplicates(
-        "webhook", ((w.name, w.path, w.locations) for w in definition.webhooks), definition.root
-    )
-    out += _duplicates(
-        "environment", ((e.name, e.path, e.locations) for e in definition.environments), definition.root
-    )
-    out += _duplicates(
-        "schedule", ((s.name, s.path, s.locations) for s in definition.schedules), definition.root
-    )
-    out += _duplicates(
-        "notification", ((n.name, n.path, n.locations) for n in definition.notifications), definition.root
-    )
+    for kind in KINDS:  # x.yaml and x.yml name one object
+        if kind.file is None:
+            specs = ((s.name, s.path, s.locations) for s in kind.specs(definition))
+            out += _duplicates(kind.name, specs, definition.root)
     for env in definition.environments:
         out += _repositories(env, definition.root)
     environments = {e.name for e in definition.environments} | set(known_environments)

@@ -153,9 +153,9 @@ class _Checks:
                 " definition files cannot apply to it"
             )
         names = {w.name for w in definition.webhooks}
-        surviving = {obj.uid: name for name, obj in state.webhooks.items() if name in names}
+        surviving = {obj.uid: name for name, obj in state.objects("webhook").items() if name in names}
         diagnostics = list(self.load_diagnostics)
-        known_uids = {name: obj.uid for name, obj in state.webhooks.items()}
+        known_uids = {name: obj.uid for name, obj in state.objects("webhook").items()}
         # Environments of other factories (or the API) may be referenced; this factory's own are in the tree.
         diagnostics += rules.check(definition, known_uids, known_environments=set(state.taken_environments))
         diagnostics += await online.check(session, self.box, team_id or "", definition, surviving)

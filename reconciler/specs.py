@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store.notification_rules import canonical_events, canonical_filter
+from store.rules.vocabulary import canonical_scheme
 
 AUTH_MODES = ("token", "url_token", "signature")
 MAX_WEBHOOKS_PER_FACTORY = 20
@@ -71,6 +72,24 @@ class WebhookSpec:
     enabled: bool = True
     description: str | None = None
     locations: dict[str, Location] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_document(
+        cls, name: str, path: str, data: Mapping[str, Any], locations: dict[str, Location]
+    ) -> WebhookSpec:
+        """The spec of a document that passed ``webhook.schema.json``."""
+        scheme = data.get("signatureScheme")
+        return cls(
+            name=name,
+            path=path,
+            secret_name=data["secretName"],
+            auth_mode=data.get("authMode", "token"),
+            signature_scheme=canonical_scheme(scheme) if scheme else None,
+            delivery_id_header=data.get("deliveryIdHeader"),
+            enabled=data.get("enabled", True),
+            description=data.get("description"),
+            locations=locations,
+        )
 
     def fields(self) -> dict[str, Any]:
         return {
@@ -134,6 +153,45 @@ class AutomationSpec:
     triggers: tuple[TriggerSpec, ...] = ()
     locations: dict[str, Location] = field(default_factory=dict, compare=False)
 
+    @classmethod
+    def from_markdown(
+        cls,
+        name: str,
+        path: str,
+        data: Mapping[str, Any],
+        locations: dict[str, Location],
+        body: str,
+        body_at: Location,
+    ) -> AutomationSpec | str:
+        """The spec of a file whose front matter passed ``automation.schema.json`` and whose Markdown
+        ``body`` (at ``body_at``) is the prompt; or why the body will not do."""
+        prompt, config = body.strip(), data.get("config", {})
+        if not prompt and not config.get("skill_spec"):
+            return "the automation has no prompt: write it as Markdown below the front matter"
+        locations = {**locations, "prompt": body_at}
+        triggers = tuple(
+            TriggerSpec(
+                provider=t["provider"],
+                event=t["event"],
+                webhook_ids=tuple(t["filter"].get("webhook_ids", ())),
+                webhooks=tuple(t["filter"].get("webhooks", ())),
+                payload_filter=t["filter"].get("payload"),
+                location=locations.get(f"triggers[{i}]"),
+            )
+            for i, t in enumerate(data.get("triggers", []))
+        )
+        return cls(
+            name=name,
+            path=path,
+            prompt=prompt,
+            enabled=data.get("enabled", True),
+            agent=data.get("agent", "foreman"),
+            title=data.get("title"),
+            config=config,
+            triggers=triggers,
+            locations=locations,
+        )
+
     @property
     def webhook_names(self) -> tuple[str, ...]:
         """Every webhook file name its triggers reference, de-duplicated in order."""
@@ -159,6 +217,13 @@ class EnvironmentSpec:
     path: str
     spec: dict[str, Any] = field(default_factory=dict)
     locations: dict[str, Location] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_document(
+        cls, name: str, path: str, data: Mapping[str, Any], locations: dict[str, Location]
+    ) -> EnvironmentSpec:
+        """The spec of a document that passed ``environment.schema.json`` (empty is an empty spec)."""
+        return cls(name=name, path=path, spec=dict(data), locations=locations)
 
     def fields(self) -> dict[str, Any]:
         return {"spec": self.spec}

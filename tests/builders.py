@@ -7,7 +7,7 @@ API keys (:func:`store.apikeys.create_key`), secrets (:func:`store.secrets.creat
 (:func:`api.runs.records.create_run`). Factories, webhooks, automations, environments, schedules,
 notification endpoints and delivery log entries are written only by API handlers, the reconciler's
 apply and ingress, so they are inserted as ORM rows shaped as those leave them; an automation's routing
-rows come from :func:`reconciler.apply.routing_rows`, the function apply itself uses.
+rows come from :func:`reconciler.kinds.automations.routing_rows`, the function apply itself uses.
 
 ``tests/`` has no ``__init__.py``: pytest (``prepend`` import mode) puts it on ``sys.path`` when it
 imports ``tests/conftest.py``, which is how this module (like ``live_servers`` and ``serve_support``)
@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.runs.records import Creator, NewAttachment, create_run
-from reconciler.apply import routing_rows
+from reconciler.kinds.automations import routing_rows
 from reconciler.specs import AutomationSpec, TriggerSpec
 from store import apikeys, cron, ids
 from store import secrets as secret_store

@@ -4,11 +4,12 @@ Every git command runs through :mod:`safegit`: the URL and branch are checked wh
 (an option-like or remote-helper URL never reaches git), and the URL always follows ``--``.
 
 Each new head commit is exported into ``<cache>/snapshots/<sha>`` — only what the loader reads:
-``factory.yaml``, the files of ``webhooks/``, ``environments/``, ``schedules/`` and ``notifications/``,
-and ``automations/<name>/*`` — and yielded once. Trees are listed one at a time with ``git ls-tree`` and
-every entry name is checked, so a tree git itself would refuse to check out (a name with ``/``, ``..``,
-a duplicate) cannot write outside the snapshot or crash the loop. Symlinks in the commit are exported
-as inert symlinks that the loader reports and never follows (``Snapshot.follow_symlinks`` is False);
+``factory.yaml`` and the folder of every kind of :mod:`reconciler.registry` (the files of ``webhooks/``,
+``environments/``, ..., and ``automations/<name>/*``) — and yielded once. Trees are listed one at a time
+with ``git ls-tree`` and every entry name is checked, so a tree git itself would refuse to check out (a
+name with ``/``, ``..``, a duplicate) cannot write outside the snapshot or crash the loop. Symlinks in the
+commit are exported as inert symlinks that the loader reports and never follows
+(``Snapshot.follow_symlinks`` is False);
 files over the loader's limit are exported as sparse files of the same size, so the loader refuses them
 by size without git reading them.
 
@@ -38,19 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import safegit
-from reconciler import SourceError
+from reconciler import SourceError, registry
 from reconciler.loader import MAX_FILE_BYTES
 from reconciler.sources import Snapshot
 
-DEFINITION_ROOTS = (
-    "factory.yaml",
-    "factory.yml",
-    "webhooks",
-    "automations",
-    "environments",
-    "schedules",
-    "notifications",
-)
+DEFINITION_ROOTS = registry.ROOTS  # the factory's files and every kind's folder
 GIT_TIMEOUT_SECONDS = 120.0
 SYMLINK_PLACEHOLDER = "symlink-not-followed"  # what an exported symlink points at: nothing
 _KEEP_SNAPSHOTS = 3
@@ -72,9 +65,10 @@ def _valid_name(name: str) -> bool:
 
 
 def _exported(path: str) -> bool:
-    """Whether a tree's entries are written out: the definition roots and ``automations/<name>``."""
+    """Whether a tree's entries are written out: the definition roots and ``<folder>/<name>`` of the kinds
+    whose objects are directories (``automations/<name>``)."""
     parts = path.split("/")
-    return len(parts) == 1 or (len(parts) == 2 and parts[0] == "automations")
+    return len(parts) == 1 or (len(parts) == 2 and parts[0] in registry.NESTED)
 
 
 class GitSource:

@@ -10,8 +10,10 @@ Apply writes the file's fields and touches ``next_fire_at`` only when the timing
 - any other update (``prompt``, ``config``, ``automation``): kept, so an edit neither moves the next
   fire nor fires again a time that has fired already.
 
-Kept apart from the loader and the rules, which must not import the store's models: an offline
-``factoryctl validate`` loads no SQLAlchemy (docs/cli.md, "Start-up").
+The automation a schedule names is stored by name: the scheduler resolves it when the schedule fires.
+Delete removes the row and, by cascade, its fires. Kept apart from the loader and the rules, which must
+not import the store's models: an offline ``factoryctl validate`` loads no SQLAlchemy (docs/cli.md,
+"Start-up").
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import RowMapping, select
+from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from reconciler.kinds.base import MANAGED_BY, KindStore, Writer, read_stored
 from reconciler.plan import Change, StoredObject
+from reconciler.registry import BY_NAME
 from reconciler.specs import ScheduleSpec, digest
 from store import cron
 from store.models import Schedule
@@ -52,15 +56,9 @@ def stored_fields(row: RowMapping) -> dict[str, Any]:
 
 
 async def read(session: AsyncSession, factory_uid: str) -> dict[str, StoredObject]:
-    """The factory's schedules by name, in one query (no ORM objects)."""
-    stmt = select(Schedule.uid, Schedule.name, Schedule.spec_digest, *COLUMNS).where(
-        Schedule.factory_uid == factory_uid
-    )
-    out = {}
-    for row in await session.execute(stmt):
-        m = row._mapping
-        out[m["name"]] = StoredObject(m["uid"], m["name"], stored_fields(m), m["spec_digest"])
-    return out
+    """The factory's schedules by name."""
+    where = Schedule.factory_uid == factory_uid
+    return await read_stored(session, Schedule, COLUMNS, where, fields=stored_fields)
 
 
 def next_fire_at(spec: ScheduleSpec, now: dt.datetime) -> dt.datetime | None:
@@ -81,3 +79,14 @@ def values(spec: ScheduleSpec, change: Change, now: dt.datetime) -> dict[str, An
     if change.action != "update" or TIMING.intersection(change.fields):
         out["next_fire_at"] = next_fire_at(spec, now)
     return out
+
+
+async def write(writer: Writer, change: Change, spec: ScheduleSpec | None) -> None:
+    # A deleted schedule's fires (schedule_fires) go with it: ON DELETE CASCADE.
+    def columns(spec: ScheduleSpec) -> dict[str, Any]:
+        return values(spec, change, writer.now)
+
+    await writer.sync(Schedule, change, spec, columns, managed_by=MANAGED_BY)
+
+
+STORE = KindStore(BY_NAME["schedule"], read, write)

@@ -16,10 +16,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import RowMapping, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from reconciler.plan import StoredObject
+from reconciler.kinds.base import MANAGED_BY, KindStore, Writer, read_stored
+from reconciler.plan import Change, StoredObject
+from reconciler.registry import BY_NAME
 from reconciler.specs import NotificationSpec, digest
 from store.models import NotificationEndpoint
 
@@ -34,25 +35,25 @@ COLUMNS = (
 )
 
 
-def stored_fields(row: RowMapping) -> dict[str, Any]:
-    """A row's compared columns under the names of :meth:`NotificationSpec.fields`."""
-    return {column.key: row[column.key] for column in COLUMNS}
-
-
 async def read(session: AsyncSession, factory_uid: str) -> dict[str, StoredObject]:
-    """The factory's endpoints by name, in one query (no ORM objects); API-created ones too, which the
-    next apply prunes unless a file declares them (docs/reconcile.md, "Pruning")."""
-    stmt = select(
-        NotificationEndpoint.uid, NotificationEndpoint.name, NotificationEndpoint.spec_digest, *COLUMNS
-    ).where(NotificationEndpoint.factory_uid == factory_uid)
-    out = {}
-    for row in await session.execute(stmt):
-        m = row._mapping
-        out[m["name"]] = StoredObject(m["uid"], m["name"], stored_fields(m), m["spec_digest"])
-    return out
+    """The factory's endpoints by name; API-created ones too, which the next apply prunes unless a file
+    declares them (docs/reconcile.md, "Pruning")."""
+    where = NotificationEndpoint.factory_uid == factory_uid
+    return await read_stored(session, NotificationEndpoint, COLUMNS, where)
 
 
 def values(spec: NotificationSpec, now: dt.datetime) -> dict[str, Any]:
     """The columns apply writes for a create, replace or update of ``spec``: never the sender's."""
     fields = spec.fields()
     return dict(fields, definition_path=spec.path, spec_digest=digest(fields), updated_at=now)
+
+
+async def write(writer: Writer, change: Change, spec: NotificationSpec | None) -> None:
+    # Its messages and their attempts go with it: ON DELETE CASCADE.
+    def columns(spec: NotificationSpec) -> dict[str, Any]:
+        return values(spec, writer.now)
+
+    await writer.sync(NotificationEndpoint, change, spec, columns, managed_by=MANAGED_BY)
+
+
+STORE = KindStore(BY_NAME["notification"], read, write)
