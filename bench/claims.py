@@ -34,7 +34,7 @@ from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from api.runs.queue import claim_next
+from api.claims.queue import claim_next
 from store import ids
 from store.clock import SystemClock
 from store.db import create_engine, migrate, normalize_url, session_factory

@@ -33,21 +33,19 @@ import asyncio
 import base64
 from typing import Any, cast
 
-from aiohttp import web
 from sqlalchemy import CursorResult, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.context import SETTINGS
+from api.claims.errors import NotLeaseHolder
+from api.claims.queue import pending_followups, report_state
 from api.runs.prepare import (
     SKILL_KEY,
-    SKILLS,
     find_environment,
     public_config,
     run_mcp_servers,
     skill_repositories,
     with_skill,
 )
-from api.runs.queue import NotLeaseHolder, pending_followups, report_state
 from api.runs.skills import SkillResolver, SkillUnavailable
 from api.runs.states import LEASED, IllegalTransition
 from store import NotFound
@@ -133,15 +131,6 @@ async def environment_payload(session: AsyncSession, team_id: str, environment_i
     if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
         out["setup_timeout_seconds"] = timeout
     return out
-
-
-def skill_resolver(app: web.Application) -> SkillResolver:
-    """The app's skill resolver (installed by the run routes), or one built from the settings."""
-    resolver = app.get(SKILLS)
-    if resolver is None:
-        settings = app[SETTINGS]
-        resolver = SkillResolver.from_settings(settings)
-    return resolver
 
 
 async def complete_claim(

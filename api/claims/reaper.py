@@ -18,10 +18,10 @@ from aiohttp import web
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from api.claims import queue
 from api.context import CLOCK, SESSIONS, SETTINGS
 from api.periodic import Lifecycle, periodic
 from api.problems import store_unavailable
-from api.runs import queue
 from api.runs.event_hub import runs_queued
 from store.clock import Clock
 

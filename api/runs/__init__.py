@@ -2,7 +2,7 @@
 
 - :mod:`~api.runs.states` — the run state machine; :mod:`~api.runs.records` — run rows in the
   database (create, read, keyset listing, cancel, follow-ups, logs);
-- :mod:`~api.runs.queue` and :mod:`~api.runs.claim_signal` — claims, leases and waking claimers;
+- :mod:`~api.runs.claim_signal` — waking claimers (the queue and the worker protocol are :mod:`api.claims`);
 - :mod:`~api.runs.config`, :mod:`~api.runs.skills` and :mod:`~api.runs.prepare` — the agent
   configuration, resolved and checked before a run is created (a skill's files: what may be one and the
   one reader in :mod:`~api.runs.skill_files`, clones in the bounded :mod:`~api.runs.skill_cache`);

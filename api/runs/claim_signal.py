@@ -1,6 +1,7 @@
 """Waking claimers: how a queued run reaches a waiting worker without a poll delay.
 
-The run queue (:mod:`api.runs.queue`) owns this signal. Every path that makes a run claimable —
+It sits here, below every path that queues a run; the claimers are the worker protocol's
+(:mod:`api.claims`). Every path that makes a run claimable —
 run creation, factory dispatch, webhook ingress, follow-ups that re-queue a run, the lease reaper —
 calls :func:`wake_claimers` after its transaction commits. Claimers in this process (long-polling
 self-hosted workers, service-hosted workers) wait on :meth:`ClaimSignal.current` and wake at once;

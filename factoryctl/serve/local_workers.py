@@ -2,8 +2,8 @@
 
 This is composition, so it lives at the composition root: the run loop, harnesses and workspaces
 come from :mod:`factoryctl.worker` (the same code a self-hosted ``factoryctl worker`` runs), and
-the protocol is the server's queue functions (:mod:`api.runs.queue`) and claim answer
-(:mod:`api.claims.payload`) called in-process instead of over HTTP. The N workers claim runs routed
+the protocol is the server's (:class:`api.claims.protocol.WorkerProtocol`, the calls behind the
+HTTP routes) called in-process instead of over HTTP. The N workers claim runs routed
 to service-hosted workers (``worker_host`` ``""``); they wake as soon as any path in this process
 queues a run (:mod:`api.runs.claim_signal`) and otherwise poll, so runs queued by another replica
 are found too.
@@ -15,24 +15,22 @@ On shutdown the workers stop claiming, running harnesses are cancelled (their ru
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import shutil
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from tempfile import gettempdir, mkdtemp
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.claims.payload import claim_payload, complete_claim, followup_json, skill_resolver
-from api.context import BOX, CLOCK, SESSIONS, SETTINGS
-from api.runs import queue
+from api.claims.errors import LeaseRefused
+from api.claims.protocol import Holder, WorkerProtocol, run_secrets
+from api.context import BOX, SESSIONS, SETTINGS
 from api.runs.claim_signal import ClaimSignal, claim_signal
-from api.runs.event_hub import notify_events
-from api.runs.states import IllegalTransition
 from factoryctl.worker import EnvironmentSetupFailed
 from factoryctl.worker.execution import (
     ExecutionSettings,
@@ -45,10 +43,7 @@ from factoryctl.worker.execution import (
 from factoryctl.worker.job import Outcome
 from factoryctl.worker.sandbox import Sandbox, check_layout
 from store import NotFound
-from store import secrets as secret_store
-from store.clock import Clock
 from store.crypto import SecretBox
-from store.models import Run
 
 log = logging.getLogger("factoryctl.workers")
 Lifecycle = Callable[[web.Application], AsyncIterator[None]]
@@ -59,95 +54,52 @@ STOP_TIMEOUT_SECONDS = 20.0
 class StoreSecrets:
     """:class:`factoryctl.worker.resolve.SecretSource` read and decrypted straight from the store.
 
-    Only ``run``-scoped secrets (:func:`store.secrets.reveal_for_run`, the rule the secrets endpoint
-    keeps too): a missing or webhook secret fails the run's setup, naming the secret, never its value.
+    Only ``run``-scoped secrets (:func:`api.claims.protocol.run_secrets`, the path the secrets endpoint
+    takes too): a missing or webhook secret fails the run's setup, naming the secret, never its value.
     """
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], box: SecretBox) -> None:
         self.sessions, self.box = sessions, box
 
     async def fetch(self, run_id: str, names: list[str]) -> dict[str, str]:
-        async with self.sessions() as session:
-            team_id = await session.scalar(select(Run.team_id).where(Run.run_id == run_id))
-            if team_id is None:
-                raise EnvironmentSetupFailed(f"run {run_id} no longer exists")
-            readable = await secret_store.reveal_for_run(session, self.box, team_id, names)
+        try:
+            readable = await run_secrets(self.sessions, self.box, run_id, names=names)
+        except NotFound:
+            raise EnvironmentSetupFailed(f"run {run_id} no longer exists") from None
         if readable.refused:
             raise EnvironmentSetupFailed("; ".join(readable.refused.values()))
         return readable.values
 
 
-class StoreChannel:
-    """:class:`factoryctl.worker.execution.RunChannel` backed directly by the store's queue functions."""
+@contextlib.contextmanager
+def _lease_lost() -> Iterator[None]:
+    """What the protocol refuses (the lease, or a run that is gone) is a lost lease to the run loop."""
+    try:
+        yield
+    except (LeaseRefused, NotFound) as exc:
+        raise LeaseLost(str(exc)) from exc
 
-    def __init__(
-        self,
-        sessions: async_sessionmaker[AsyncSession],
-        clock: Clock,
-        run_id: str,
-        owner: str,
-        lease_seconds: float,
-        committed: Callable[[], None] = lambda: None,
-        *,
-        lease_token: str | None,
-        log_limits: queue.LogLimits = queue.DEFAULT_LOG_LIMITS,
-    ) -> None:
-        self.sessions, self.clock = sessions, clock
-        self.run_id, self.owner, self.lease_seconds = run_id, owner, lease_seconds
-        self.committed = committed  # after each commit: this replica's event streams look now
-        # The claim's token, presented like a self-hosted worker's (docs/workers.md, "Leases").
-        self.lease_token, self.log_limits = lease_token, log_limits
+
+class StoreChannel:
+    """:class:`factoryctl.worker.execution.RunChannel` on the server's worker protocol, in-process: the
+    calls the HTTP routes make, presenting the claim's token like a self-hosted worker
+    (docs/workers.md, "Leases")."""
+
+    def __init__(self, protocol: WorkerProtocol, run_id: str, holder: Holder) -> None:
+        self.protocol, self.run_id, self.holder = protocol, run_id, holder
 
     async def heartbeat(self, *, start: bool) -> HeartbeatReply:
-        try:
-            async with self.sessions() as session, session.begin():
-                beat = await queue.heartbeat(
-                    session,
-                    self.clock,
-                    self.run_id,
-                    owner=self.owner,
-                    lease_token=self.lease_token,
-                    lease_seconds=self.lease_seconds,
-                    start=start,
-                )
-                followups = [followup_json(f) for f in beat.followups]
-        except (queue.NotLeaseHolder, NotFound, IllegalTransition) as exc:
-            raise LeaseLost(str(exc)) from exc
-        if start:
-            self.committed()
-        return HeartbeatReply(beat.cancel_requested, followups, beat.state)
+        with _lease_lost():
+            beat = await self.protocol.heartbeat(self.run_id, self.holder, start=start)
+        return HeartbeatReply(beat.cancel_requested, beat.followups, beat.state)
 
     async def send_logs(self, lines: Sequence[LogLine]) -> None:
-        try:
-            async with self.sessions() as session, session.begin():
-                await queue.append_logs(
-                    session,
-                    self.clock,
-                    self.run_id,
-                    lines,
-                    owner=self.owner,
-                    lease_token=self.lease_token,
-                    limits=self.log_limits,
-                )
-        except (queue.NotLeaseHolder, NotFound) as exc:
-            raise LeaseLost(str(exc)) from exc
-        self.committed()
+        with _lease_lost():
+            await self.protocol.append_logs(self.run_id, self.holder, lines)
 
     async def report(self, outcome: Outcome) -> None:
-        try:
-            async with self.sessions() as session, session.begin():
-                await queue.report_state(
-                    session,
-                    self.clock,
-                    self.run_id,
-                    owner=self.owner,
-                    lease_token=self.lease_token,
-                    state=outcome.state,
-                    status_message=outcome.status_message,
-                )
-        except (queue.NotLeaseHolder, NotFound, IllegalTransition) as exc:
-            raise LeaseLost(str(exc)) from exc
-        self.committed()
+        with _lease_lost():
+            await self.protocol.report(self.run_id, self.holder, outcome.state, outcome.status_message)
 
 
 def store_channel(
@@ -155,17 +107,8 @@ def store_channel(
 ) -> StoreChannel:
     """The channel of a service-hosted worker's run: the app's store, the server's log caps, and its event
     streams woken after every commit (docs/events.md, "In-process wake-up")."""
-    settings = app[SETTINGS]
-    return StoreChannel(
-        app[SESSIONS],
-        app[CLOCK],
-        run_id,
-        owner,
-        lease_seconds,
-        committed=lambda: notify_events(app),
-        lease_token=lease_token,
-        log_limits=queue.LogLimits(settings.run_log_max_lines, settings.run_log_max_bytes),
-    )
+    protocol = WorkerProtocol.of(app, lease_seconds=lease_seconds)
+    return StoreChannel(protocol, run_id, Holder(owner, lease_token))
 
 
 class ServiceWorker:
@@ -181,6 +124,7 @@ class ServiceWorker:
     ) -> None:
         self.app, self.owner, self.settings = app, owner, settings
         self.stop, self.abort = stop, abort
+        self.protocol = WorkerProtocol.of(app)
         self.signal = claim_signal(app)
         self.poll_seconds = 0.5
 
@@ -189,7 +133,7 @@ class ServiceWorker:
         while not self.stop.is_set():
             woken = self.signal.current()
             try:
-                payload = await self.claim(peek=peek)
+                payload = await self.protocol.claim(SERVICE_HOSTS, self.owner, peek=peek)
                 failures = 0
             except Exception:
                 failures += 1
@@ -202,27 +146,6 @@ class ServiceWorker:
                 continue
             peek = False
             await self.execute(payload)
-
-    async def claim(self, *, peek: bool) -> dict[str, Any] | None:
-        sessions, clock = self.app[SESSIONS], self.app[CLOCK]
-        if peek:
-            async with sessions() as session:
-                if not await queue.queued_exists(session, worker_hosts=SERVICE_HOSTS):
-                    return None
-        lease = self.app[SETTINGS].lease_seconds
-        while True:  # a run whose skill fails at claim time ends FAILED; then take the next one
-            async with sessions() as session, session.begin():
-                run = await queue.claim_next(
-                    session, clock, worker_hosts=SERVICE_HOSTS, owner=self.owner, lease_seconds=lease
-                )
-                if run is None:
-                    return None
-                payload = await claim_payload(session, clock, run, lease)
-            notify_events(self.app)  # the claim is a state event
-            resolver = skill_resolver(self.app)
-            completed = await complete_claim(sessions, clock, resolver, payload, owner=self.owner)
-            if completed is not None:
-                return completed
 
     async def execute(self, payload: dict[str, Any]) -> None:
         run, lease = payload["run"], float(payload["lease_seconds"])

@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sse_support import collect, frames
 
 from api.app import ROUTE_MODULES, create_app
+from api.claims import queue
 from api.context import ServerSettings
-from api.runs import queue
 from api.runs.event_hub import EVENT_HUB
 from store.clock import ManualClock, SystemClock
 from store.crypto import SecretBox

@@ -9,7 +9,7 @@ from alembic import command
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.runs import queue
+from api.claims import queue
 from store.clock import SystemClock
 from store.db import _alembic_config, session_factory
 from store.models import Run, RunLog

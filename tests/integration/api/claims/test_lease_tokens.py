@@ -3,7 +3,7 @@ lease, so a stale holder of an earlier attempt cannot act on the next one (docs/
 
 from __future__ import annotations
 
-from api.runs import queue
+from api.claims import queue
 from store.clock import ManualClock
 
 LEASE = 30.0

@@ -7,7 +7,7 @@ import datetime as dt
 
 from sqlalchemy import func, select, update
 
-from api.runs import queue
+from api.claims import queue
 from api.runs.log_retention import prune_run_logs
 from store.clock import ManualClock
 from store.models import Run, RunLog

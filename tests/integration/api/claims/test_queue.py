@@ -9,7 +9,7 @@ import builders
 import pytest
 from sqlalchemy import func, select
 
-from api.runs import queue
+from api.claims import queue
 from api.runs import records as runs
 from api.runs.states import IllegalTransition
 from store.clock import ManualClock

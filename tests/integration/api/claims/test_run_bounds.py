@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from api.runs import queue
+from api.claims import queue
 from factoryctl.serve.local_workers import store_channel
 from store.clock import SystemClock
 

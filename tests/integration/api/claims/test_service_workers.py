@@ -98,7 +98,7 @@ async def test_cancelling_an_in_progress_run_kills_it(
 async def test_lapsed_lease_of_a_vanished_worker_is_reaped(
     aiohttp_client, worker_app, tmp_path, sessions, new_run, wait_state
 ) -> None:
-    from api.runs import queue
+    from api.claims import queue
     from store.clock import SystemClock
 
     await start(aiohttp_client, worker_app, tmp_path, n=0, lease_seconds=0.3)

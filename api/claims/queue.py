@@ -13,7 +13,8 @@ Functions that read a run and then change it first lock it (:func:`_locked_run`)
 UPDATE`` on PostgreSQL; on SQLite a no-op ``UPDATE`` that takes the database write lock before the
 read, so the read cannot go stale. Every state change goes through :mod:`api.runs.states` and records
 its event in the same transaction (:mod:`api.runs.events`, docs/events.md).
-The caller owns the session and the transaction.
+The caller owns the session and the transaction: for a worker's call that is
+:mod:`api.claims.protocol`, the one path of the HTTP routes and the service-hosted workers.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, exists, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.claims.errors import NotLeaseHolder
 from api.runs import events
 from api.runs.states import (
     LEASED,
@@ -39,7 +41,7 @@ from api.runs.states import (
     RunState,
     transition,
 )
-from store import NotFound, WriteRefused
+from store import NotFound
 from store.clock import Clock
 from store.models import Run, RunFollowup, RunLog
 
@@ -60,18 +62,6 @@ class LogLimits:
 
 
 DEFAULT_LOG_LIMITS = LogLimits()
-
-
-class NotLeaseHolder(WriteRefused):
-    """The caller does not hold the run's lease (never did, it lapsed, or the run finished).
-
-    ``state`` is the run's state now, so a worker repeating a report can tell "already recorded".
-    """
-
-    def __init__(self, run_id: str, state: str) -> None:
-        super().__init__(f"run {run_id} is {state} and its lease is not held by this worker")
-        self.state = state
-        self.extensions = {"state": state}
 
 
 @dataclass(frozen=True)
@@ -255,8 +245,9 @@ async def report_state(
 ) -> Run:
     """Apply a worker's state report through the state machine.
 
-    Raises :class:`NotLeaseHolder` for a non-owner, :class:`api.runs.states.IllegalTransition` for a
-    report the state machine refuses, and ValueError for a state a worker may not report.
+    Raises :class:`~api.claims.errors.NotLeaseHolder` for a non-owner,
+    :class:`api.runs.states.IllegalTransition` for a report the state machine refuses, and ValueError for
+    a state a worker may not report.
     """
     event = REPORT_EVENTS.get(state)
     if event is None:
