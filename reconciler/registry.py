@@ -46,6 +46,7 @@ class Kind:
     values: tuple[str, ...] = ()  # keys whose diagnostics point at the value, where the fix goes
     empty_ok: bool = False  # an empty document is an empty mapping
     secret_version: bool = False  # plan: a newer version of its secret is a change (docs/reconcile.md)
+    content: bool = True  # a tree with no object of any content kind is refused as empty (FC050)
 
     @property
     def pattern(self) -> str:
@@ -57,33 +58,23 @@ class Kind:
         return found
 
 
-FACTORY = Kind("factory", "", "factory", FactorySpec, ids.FACTORY, 0)  # the root object: factory.yaml
+FACTORY = Kind("factory", "", "factory", FactorySpec, ids.FACTORY, order=0)  # the root object: factory.yaml
 FACTORY_FILES = ("factory.yaml", "factory.yml")  # factory.yml is read only to hint at its right name
 
 # In the order their files are loaded (and their diagnostics found).
 KINDS: tuple[Kind, ...] = (
-    Kind("webhook", "webhooks", "webhook", WebhookSpec, ids.WEBHOOK, 1, secret_version=True),
-    Kind("automation", "automations", "automation", AutomationSpec, ids.AUTOMATION, 3, file="automation.md"),
-    Kind("environment", "environments", "environment", EnvironmentSpec, ids.ENVIRONMENT, 2, empty_ok=True),
-    Kind(
-        "schedule",
-        "schedules",
-        "schedule",
-        ScheduleSpec,
-        ids.SCHEDULE,
-        4,
-        values=("cron", "timezone", "automation"),
-    ),
-    Kind(
-        "notification",
-        "notifications",
-        "notification",
-        NotificationSpec,
-        ids.NOTIFICATION,
-        5,
-        values=("url",),
-    ),
-)
+    #    name            folder           schema          spec              prefix            apply order
+    Kind("webhook",      "webhooks",      "webhook",      WebhookSpec,      ids.WEBHOOK,      order=1,
+         secret_version=True),
+    Kind("automation",   "automations",   "automation",   AutomationSpec,   ids.AUTOMATION,   order=3,
+         file="automation.md"),
+    Kind("environment",  "environments",  "environment",  EnvironmentSpec,  ids.ENVIRONMENT,  order=2,
+         empty_ok=True, content=False),
+    Kind("schedule",     "schedules",     "schedule",     ScheduleSpec,     ids.SCHEDULE,     order=4,
+         values=("cron", "timezone", "automation")),
+    Kind("notification", "notifications", "notification", NotificationSpec, ids.NOTIFICATION, order=5,
+         values=("url",)),
+)  # fmt: skip
 BY_NAME = {kind.name: kind for kind in (FACTORY, *KINDS)}
 APPLY_ORDER: tuple[Kind, ...] = tuple(sorted(KINDS, key=lambda kind: kind.order))
 ROOTS = (*FACTORY_FILES, *(kind.folder for kind in KINDS))  # what a factory root holds that is loaded

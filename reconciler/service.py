@@ -32,6 +32,7 @@ from reconciler.diagnostics import Diagnostic
 from reconciler.loadcache import LoadCache
 from reconciler.locks import acquire
 from reconciler.plan import Plan, StoreState, diff
+from reconciler.registry import KINDS
 from reconciler.specs import FactoryDefinition
 from store.clock import Clock, rfc3339
 from store.crypto import SecretBox
@@ -164,14 +165,14 @@ class _Checks:
             if owner is not None:
                 message = f"environment {env.name!r} already exists in this team ({owner})"
                 diagnostics.append(Diagnostic("FC020", message, _shown(definition, env.path)))
-        if not self.allow_empty and not (
-            definition.webhooks or definition.automations or definition.schedules or definition.notifications
-        ):
+        content = [kind for kind in KINDS if kind.content]
+        if not self.allow_empty and not any(kind.specs(definition) for kind in content):
+            folders = [kind.folder for kind in content]
+            listed = f"{', '.join(folders[:-1])} or {folders[-1]}"
             diagnostics.append(
                 Diagnostic(
                     "FC050",
-                    "the tree has no webhooks, automations, schedules or notifications:"
-                    " applying it would delete them all",
+                    f"the tree has no {listed}: applying it would delete them all",
                     _shown(definition, definition.factory.path),
                     hint="pass --allow-empty to apply it anyway",
                 )
