@@ -7,7 +7,7 @@
 - :mod:`api.claims.payload` — the claim answer (prompt, resolved configuration, attachments,
   environment, MCP servers) and claim-time skill resolution;
 - :mod:`api.claims.queue` — the run queue's SQL: claims (``FOR UPDATE SKIP LOCKED``), leases,
-  heartbeats, state reports, log lines within the caps, lease lapse;
+  heartbeats, state reports, lease lapse; :mod:`api.claims.run_logs` — log lines within the run's caps;
 - :mod:`api.claims.reaper` — the lease reaper that applies the lapse rules.
 
 Errors (:mod:`api.claims.errors`)::

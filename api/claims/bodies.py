@@ -8,7 +8,8 @@ from typing import Any
 
 from api import ValidationFailed
 from api.claims.protocol import Holder
-from api.claims.queue import LOG_STREAMS, REPORT_EVENTS
+from api.claims.queue import REPORT_EVENTS
+from api.claims.run_logs import LOG_STREAMS
 from api.http.bodies import field_error
 from api.runs.config import worker_host_of
 from store.apikeys import Principal

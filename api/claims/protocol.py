@@ -23,7 +23,7 @@ from aiohttp import web
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.claims import queue
+from api.claims import queue, run_logs
 from api.claims.errors import LeaseRefused, NotLeaseHolder
 from api.claims.payload import claim_payload, complete_claim, followup_json, run_secret_names
 from api.context import BOX, CLOCK, SESSIONS, SETTINGS
@@ -80,7 +80,7 @@ class WorkerProtocol:
         box: SecretBox,
         *,
         lease_seconds: float,
-        log_limits: queue.LogLimits = queue.DEFAULT_LOG_LIMITS,
+        log_limits: run_logs.LogLimits = run_logs.DEFAULT_LOG_LIMITS,
         skills: Callable[[], SkillResolver],
         committed: Callable[[], None] = lambda: None,
     ) -> None:
@@ -98,7 +98,7 @@ class WorkerProtocol:
             app[CLOCK],
             app[BOX],
             lease_seconds=settings.lease_seconds if lease_seconds is None else lease_seconds,
-            log_limits=queue.LogLimits(settings.run_log_max_lines, settings.run_log_max_bytes),
+            log_limits=run_logs.LogLimits(settings.run_log_max_lines, settings.run_log_max_bytes),
             skills=lambda: skill_resolver(app),
             committed=lambda: notify_events(app),
         )
@@ -170,9 +170,9 @@ class WorkerProtocol:
         return run
 
     async def append_logs(self, run_id: str, holder: Holder, lines: Sequence[tuple[str, str]]) -> int:
-        """Append output lines within the run's log caps; how many were stored (:func:`queue.append_logs`)."""
+        """Append output lines within the run's log caps (:mod:`api.claims.run_logs`); how many stored."""
         async with self.sessions() as session, session.begin():
-            count = await queue.append_logs(
+            count = await run_logs.append_logs(
                 session,
                 self.clock,
                 run_id,

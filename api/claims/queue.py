@@ -1,4 +1,5 @@
-"""The run queue: claims, leases, heartbeats, worker state reports and lease reaping.
+"""The run queue: claims, leases, heartbeats, worker state reports and lease reaping (a run's log lines:
+:mod:`api.claims.run_logs`).
 
 The claim is one statement per backend, kept here and nowhere else:
 
@@ -9,7 +10,7 @@ The claim is one statement per backend, kept here and nowhere else:
   the statement is the transaction's first, so the pick and the update happen under the write
   lock and no two claimers can take the same run (needs SQLite >= 3.35 for RETURNING).
 
-Functions that read a run and then change it first lock it (:func:`_locked_run`): ``SELECT ... FOR
+Functions that read a run and then change it first lock it (:func:`locked_run`): ``SELECT ... FOR
 UPDATE`` on PostgreSQL; on SQLite a no-op ``UPDATE`` that takes the database write lock before the
 read, so the read cannot go stale. Every state change goes through :mod:`api.runs.states` and records
 its event in the same transaction (:mod:`api.runs.events`, docs/events.md).
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, exists, insert, select, update
+from sqlalchemy import ColumnElement, and_, exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.claims.errors import NotLeaseHolder
@@ -43,25 +44,12 @@ from api.runs.states import (
 )
 from store import NotFound
 from store.clock import Clock
-from store.models import Run, RunFollowup, RunLog
+from store.models import Run, RunFollowup
 
 SQLITE_RETURNING = (3, 35, 0)
 # What a worker may report (by state name), and the state machine event each report is.
 REPORT_EVENTS: dict[str, RunEvent] = {state.value: event for state, event in WORKER_REPORTS.items()}
-LOG_STREAMS = ("stdout", "stderr", "system")
 LEASE_TOKEN_BYTES = 24  # 32 URL-safe characters
-
-
-@dataclass(frozen=True)
-class LogLimits:
-    """Per-run caps on a run's log (docs/workers.md, "Log limits"): past either, one ``system`` marker
-    line says so and every later line is dropped and counted in ``runs.log_dropped``."""
-
-    max_lines: int = 100_000
-    max_bytes: int = 16 * 1024 * 1024  # UTF-8 bytes of the lines' text
-
-
-DEFAULT_LOG_LIMITS = LogLimits()
 
 
 @dataclass(frozen=True)
@@ -143,7 +131,7 @@ async def queued_exists(
     return bool(await session.scalar(select(exists().where(*_scope(worker_hosts, team_id)))))
 
 
-async def _locked_run(session: AsyncSession, run_id: str, team_id: str | None) -> Run:
+async def locked_run(session: AsyncSession, run_id: str, team_id: str | None) -> Run:
     """The run, locked against concurrent changes until the transaction ends; NotFound otherwise."""
     conds: list[ColumnElement[bool]] = [Run.run_id == run_id]
     if team_id is not None:
@@ -178,7 +166,7 @@ def holds_lease(run: Run, owner: str, lease_token: str | None) -> bool:
     return hmac.compare_digest(run.lease_token.encode("ascii"), given)
 
 
-def _require_lease(run: Run, owner: str, lease_token: str | None) -> None:
+def require_lease(run: Run, owner: str, lease_token: str | None) -> None:
     if not holds_lease(run, owner, lease_token):
         raise NotLeaseHolder(run.run_id, run.state)
 
@@ -217,8 +205,8 @@ async def heartbeat(
     ``cancel_requested`` True, and the worker must not execute it. Raises :class:`NotLeaseHolder` when
     ``owner`` with ``lease_token`` does not hold the run's lease.
     """
-    run = await _locked_run(session, run_id, team_id)
-    _require_lease(run, owner, lease_token)
+    run = await locked_run(session, run_id, team_id)
+    require_lease(run, owner, lease_token)
     now = clock.now()
     expires = now + dt.timedelta(seconds=lease_seconds)
     if start and run.state == RunState.CLAIMED.value:
@@ -252,8 +240,8 @@ async def report_state(
     event = REPORT_EVENTS.get(state)
     if event is None:
         raise ValueError(f"a worker may report {', '.join(REPORT_EVENTS)}; not {state!r}")
-    run = await _locked_run(session, run_id, team_id)
-    _require_lease(run, owner, lease_token)
+    run = await locked_run(session, run_id, team_id)
+    require_lease(run, owner, lease_token)
     _apply(run, event, clock.now(), status_message)
     await session.flush()
     return run
@@ -329,75 +317,3 @@ async def reap_expired_leases(session: AsyncSession, clock: Clock) -> int:
             )
             moved += len(rows)
     return moved
-
-
-async def append_logs(
-    session: AsyncSession,
-    clock: Clock,
-    run_id: str,
-    lines: Sequence[tuple[str, str]],
-    *,
-    owner: str | None = None,
-    lease_token: str | None = None,
-    team_id: str | None = None,
-    limits: LogLimits = DEFAULT_LOG_LIMITS,
-    event_cap: int = events.MAX_EVENTS_PER_RUN,
-) -> int:
-    """Append output lines to a run's log (only by the lease holder when ``owner`` is given), and their
-    ``log`` events within ``event_cap`` (docs/events.md, "Bounds"); returns how many were stored.
-
-    The one place a run's log grows, for self-hosted (HTTP) and service-hosted workers alike, so the
-    caps of ``limits`` hold whatever the path (docs/workers.md, "Log limits"). The run is locked first
-    so its events commit in id order (docs/events.md, "Ordering and delivery") and its counters
-    cannot race.
-    """
-    if not lines and owner is None:
-        return 0
-    run = await _locked_run(session, run_id, team_id)
-    if owner is not None:
-        _require_lease(run, owner, lease_token)
-    if not lines:
-        return 0
-    kept, dropped, size = _within_limits(run, lines, limits)
-    stored = len(kept)
-    run.log_lines += stored
-    run.log_bytes += size
-    if dropped:
-        if not run.log_dropped:  # the first refused line: say so once, in the log itself (not counted)
-            kept.append(("system", _truncated_marker(limits)))
-        run.log_dropped += dropped
-    if not kept:
-        return 0
-    now = clock.now()
-    await session.execute(
-        insert(RunLog), [{"run_id": run_id, "stream": s, "text": t, "created_at": now} for s, t in kept]
-    )
-    await events.record_logs(session, run, kept, now, cap=event_cap)
-    return stored
-
-
-def _within_limits(
-    run: Run, lines: Sequence[tuple[str, str]], limits: LogLimits
-) -> tuple[list[tuple[str, str]], int, int]:
-    """The lines that fit the run's remaining budget (none once it was truncated), how many did not,
-    and the bytes of those kept."""
-    if run.log_dropped:
-        return [], len(lines), 0
-    kept: list[tuple[str, str]] = []
-    count, size = run.log_lines or 0, run.log_bytes or 0
-    added = 0
-    for index, (stream, text) in enumerate(lines):
-        length = len(text.encode("utf-8", "surrogatepass"))
-        if count + 1 > limits.max_lines or size + added + length > limits.max_bytes:
-            return kept, len(lines) - index, added
-        kept.append((stream, text))
-        count += 1
-        added += length
-    return kept, 0, added
-
-
-def _truncated_marker(limits: LogLimits) -> str:
-    return (
-        f"[log truncated: this run's log reached its limit of {limits.max_lines} lines or "
-        f"{limits.max_bytes} bytes; later output is dropped and counted]"
-    )

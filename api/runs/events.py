@@ -4,7 +4,7 @@ Every writer adds its events in the transaction of the change it records (the ca
 and the commit), so a rolled-back change leaves no event and a committed one always has its event.
 The hooks are: :func:`api.runs.records.apply_event` and :func:`api.claims.queue._apply` (state changes of one
 loaded run), the claim and the lease reaper (bulk state changes, :func:`state_rows`), run creation,
-follow-ups, and :func:`api.claims.queue.append_logs` (log lines, bounded by :data:`MAX_EVENTS_PER_RUN`).
+follow-ups, and :func:`api.claims.run_logs.append_logs` (log lines, bounded by :data:`MAX_EVENTS_PER_RUN`).
 
 Ordering: every writer holds the run's row lock (or, on SQLite, the database write lock) from before it
 takes an id until it commits, so one run's events commit in id order and a reader polling "id > last"

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sse_support import collect, frames
 
 from api.app import ROUTE_MODULES, create_app
-from api.claims import queue
+from api.claims import queue, run_logs
 from api.context import ServerSettings
 from api.runs.event_hub import EVENT_HUB
 from store.clock import ManualClock, SystemClock
@@ -179,7 +179,7 @@ async def test_log_events_are_capped_with_one_truncated_marker(
     await start(client, worker_key, run_id)  # 3 state events
     for batch in (["a", "b"], ["c", "d"], ["e"]):
         async with sessions() as s, s.begin():
-            await queue.append_logs(
+            await run_logs.append_logs(
                 s, SystemClock(), run_id, [("stdout", t) for t in batch], owner=None, event_cap=6
             )
     await worker(client, worker_key, f"/runs/{run_id}/state", {"state": "SUCCEEDED"})

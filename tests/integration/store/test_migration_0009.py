@@ -9,7 +9,7 @@ from alembic import command
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.claims import queue
+from api.claims import run_logs
 from store.clock import SystemClock
 from store.db import _alembic_config, session_factory
 from store.models import Run, RunLog
@@ -20,7 +20,7 @@ async def test_counters_are_backfilled_and_no_line_is_lost(engine: AsyncEngine) 
     async with sessions() as s, s.begin():
         team = await builders.team(s)
         run = await builders.run(s, SystemClock(), team.id, prompt="x")
-        await queue.append_logs(s, SystemClock(), run.run_id, [("stdout", "héllo"), ("stderr", "abc")])
+        await run_logs.append_logs(s, SystemClock(), run.run_id, [("stdout", "héllo"), ("stderr", "abc")])
     async with engine.begin() as conn:
         await conn.run_sync(lambda c: command.downgrade(_alembic_config(c), "0008"))
     async with engine.begin() as conn:

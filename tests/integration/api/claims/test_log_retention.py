@@ -7,7 +7,7 @@ import datetime as dt
 
 from sqlalchemy import func, select, update
 
-from api.claims import queue
+from api.claims import run_logs
 from api.runs.log_retention import prune_run_logs
 from store.clock import ManualClock
 from store.models import Run, RunLog
@@ -16,7 +16,7 @@ from store.models import Run, RunLog
 async def logged_run(sessions, new_run, clock, lines: int, finished: dt.datetime | None) -> str:
     run_id = await new_run(clock=clock)
     async with sessions() as s, s.begin():
-        await queue.append_logs(s, clock, run_id, [("stdout", f"line {i}") for i in range(lines)])
+        await run_logs.append_logs(s, clock, run_id, [("stdout", f"line {i}") for i in range(lines)])
         if finished is not None:
             await s.execute(
                 update(Run).where(Run.run_id == run_id).values(state="SUCCEEDED", finished_at=finished)

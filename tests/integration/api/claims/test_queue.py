@@ -9,7 +9,7 @@ import builders
 import pytest
 from sqlalchemy import func, select
 
-from api.claims import queue
+from api.claims import queue, run_logs
 from api.runs import records as runs
 from api.runs.states import IllegalTransition
 from store.clock import ManualClock
@@ -293,13 +293,15 @@ async def test_logs_only_from_the_lease_holder(sessions, new_run) -> None:
     token = await current_token(sessions, run_id)
     async with sessions() as s, s.begin():
         lines = [("stdout", "a"), ("stderr", "b")]
-        assert await queue.append_logs(s, clock, run_id, lines, owner="w1", lease_token=token) == 2
+        assert await run_logs.append_logs(s, clock, run_id, lines, owner="w1", lease_token=token) == 2
     with pytest.raises(queue.NotLeaseHolder):
         async with sessions() as s, s.begin():
-            await queue.append_logs(s, clock, run_id, [("stdout", "x")], owner="intruder", lease_token=token)
+            await run_logs.append_logs(
+                s, clock, run_id, [("stdout", "x")], owner="intruder", lease_token=token
+            )
     with pytest.raises(queue.NotLeaseHolder):  # the right owner without the claim's token
         async with sessions() as s, s.begin():
-            await queue.append_logs(s, clock, run_id, [("stdout", "x")], owner="w1")
+            await run_logs.append_logs(s, clock, run_id, [("stdout", "x")], owner="w1")
     async with sessions() as s:
         team = await builders.team(s)
         lines, more = await runs.list_logs(s, team.id, run_id, after=0, limit=10)
@@ -322,7 +324,7 @@ async def test_a_stale_holder_of_an_earlier_attempt_is_refused(sessions, new_run
     for call in (
         lambda s: queue.report_state(s, clock, run_id, owner="w1", lease_token=first, state="SUCCEEDED"),
         lambda s: queue.heartbeat(s, clock, run_id, owner="w1", lease_token=first, lease_seconds=LEASE),
-        lambda s: queue.append_logs(s, clock, run_id, [("stdout", "x")], owner="w1", lease_token=first),
+        lambda s: run_logs.append_logs(s, clock, run_id, [("stdout", "x")], owner="w1", lease_token=first),
     ):
         with pytest.raises(queue.NotLeaseHolder):
             async with sessions() as s, s.begin():
