@@ -70,6 +70,7 @@ from api.context import ServerSettings
 from api.http.pagination import Cursor, encode_cursor, fingerprint, timestamp_key
 from api.runs import events
 from api.runs import records as runs
+from api.runs.new_run import Creator, NewAttachment, NewRun
 from api.runs.requests import parse_list_query
 from api.runs.states import RunEvent
 from bench.claims import scratch_database
@@ -300,14 +301,14 @@ async def seed_bulk(engine: AsyncEngine, uids: dict[str, str], count: int, deliv
 async def seed_show_run(engine: AsyncEngine, uids: dict[str, str], count: int, title: str) -> None:
     """A run for the run page: made and moved through the store's functions, with ``count`` log lines."""
     async with session_factory(engine)() as s, s.begin():
-        run = await runs.create_run(
-            s, CLOCK, team_id=uids["team"], prompt="Show the run page.\n" + "context " * 200,
+        run = await runs.create_run(s, CLOCK, NewRun(
+            team_id=uids["team"], prompt="Show the run page.\n" + "context " * 200,
             title=title, agent_config={"name": "default", "model_id": "model-a"}, source="API",
-            creator=runs.Creator("service_account", "key_bench_00", "key bench 00"),
+            creator=Creator("service_account", "key_bench_00", "key bench 00"),
             metadata={"ticket": "T-1"},
-            attachments=[runs.NewAttachment("trace.txt", "text/plain", b"trace\n" * 50)],
+            attachments=[NewAttachment("trace.txt", "text/plain", b"trace\n" * 50)],
             factory_uid=uids["shop"], automation_id=uids["shop/automation/0"],
-        )  # fmt: skip
+        ))  # fmt: skip
         for step in (RunEvent.CLAIM, RunEvent.START):
             runs.apply_event(run, step, CLOCK.now())
         await s.flush()

@@ -42,7 +42,8 @@ from api.ingress import signatures
 from api.notifications import fanout, policy
 from api.notifications import sender as outbox
 from api.notifications.transport import GuardedTransport
-from api.runs.records import Creator, build_run_row, insert_runs
+from api.runs.new_run import Creator, NewRun
+from api.runs.records import build_run_row, insert_runs
 from bench.claims import scratch_database
 from bench.ingress import _wait_port
 from bench.pickup import free_port
@@ -113,8 +114,10 @@ async def seed(engine: AsyncEngine, box: SecretBox, url: str, count: int) -> Non
     creator = Creator("service_account", "key_bench", "bench")
     rows = [
         build_run_row(
-            now, team_id=team.id, prompt="p", title=f"run {n}", agent_config={}, source="API",
-            creator=creator, metadata={}, factory_uid=factory.uid,
+            now, NewRun(
+                team_id=team.id, prompt="p", title=f"run {n}", agent_config={}, source="API",
+                creator=creator, metadata={}, factory_uid=factory.uid,
+            ),
         )
         for n in range(count)
     ]  # fmt: skip

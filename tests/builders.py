@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.runs.records import Creator, NewAttachment, create_run
+from api.runs.new_run import Creator, NewAttachment, NewRun
+from api.runs.records import create_run
 from reconciler.kinds.automations import routing_rows
 from reconciler.specs import AutomationSpec, TriggerSpec
 from store import apikeys, cron, ids
@@ -487,9 +488,7 @@ async def run(
     unknown = set(columns) - _RUN_COLUMNS
     if unknown:
         raise TypeError(f"not columns of Run: {', '.join(sorted(unknown))}")
-    row = await create_run(
-        session,
-        clock,
+    new = NewRun(
         team_id=team_id,
         prompt=prompt,
         title=title,
@@ -500,6 +499,7 @@ async def run(
         attachments=list(attachments),
         worker_host=worker_host,
     )
+    row = await create_run(session, clock, new)
     for name, value in columns.items():
         setattr(row, name, value)
     if columns:

@@ -25,6 +25,7 @@ from api.http.paths import API_V1
 from api.runs import records as runs
 from api.runs.config import resolve_config
 from api.runs.event_hub import runs_queued
+from api.runs.new_run import NewRun
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_PROMPT, MAX_TITLE, validate_metadata
 from api.runs.routes import creator_of
@@ -175,9 +176,7 @@ async def dispatch_factory_run(request: web.Request) -> web.Response:
         config = await finalize_config(
             session, request.app[SKILLS], who.team_id, config, field=f"agents.{FOREMAN}"
         )
-        run = await runs.create_run(
-            session,
-            request.app[CLOCK],
+        new = NewRun(
             team_id=who.team_id,
             prompt=dispatch_prompt(prompt, ticket_ref, ticket_url),
             title=title or (f"{ticket_ref}: {runs.default_title(prompt)}" if ticket_ref else None),
@@ -185,9 +184,9 @@ async def dispatch_factory_run(request: web.Request) -> web.Response:
             source=RunSource.FACTORY,
             creator=creator_of(who),
             metadata=metadata,
-            attachments=[],
             factory_uid=factory.uid,
         )
+        run = await runs.create_run(session, request.app[CLOCK], new)
     runs_queued(request.app)
     return web.json_response(
         {

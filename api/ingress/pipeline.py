@@ -31,7 +31,8 @@ from api.ingress import lookup
 from api.ingress.direct import DirectSqlite
 from api.ingress.envelope import PAYLOAD_FILE, PAYLOAD_MIME, run_prompt
 from api.runs.config import automation_config
-from api.runs.records import Creator, NewAttachment, build_run_row, insert_runs
+from api.runs.new_run import Creator, NewAttachment, NewRun
+from api.runs.records import build_run_row, insert_runs
 from store.bulk import insert_returning, insert_rows
 from store.clock import Clock
 from store.models import Delivery
@@ -166,10 +167,10 @@ def start_runs(
         [(batch[i].webhook.uid, batch[i].delivery_id) for i in wanted],
     )
     started: dict[int, tuple[str, ...]] = {}
-    rows: list[tuple[dict[str, Any], tuple[NewAttachment]]] = []
+    rows: list[tuple[dict[str, Any], Sequence[NewAttachment]]] = []
     for index, uids in wanted.items():
         p = batch[index]
-        creator = Creator("service_account", p.webhook.uid, f"webhook {p.webhook.name}"[:200])
+        creator = Creator.for_definition("webhook", p.webhook.uid, p.webhook.name)
         attachment = (NewAttachment(file_name=PAYLOAD_FILE, mime_type=PAYLOAD_MIME, data=p.raw),)
         run_ids = []
         for uid in uids:
@@ -179,8 +180,7 @@ def start_runs(
             config = automation_config(
                 automation.config, automation.agent, automation.factory_agents, automation.factory_worker_host
             )
-            row = build_run_row(
-                now,
+            new = NewRun(
                 team_id=p.webhook.team_id,
                 prompt=run_prompt(
                     automation.prompt,
@@ -192,14 +192,14 @@ def start_runs(
                 agent_config=config,
                 source=RUN_SOURCE,
                 creator=creator,
-                metadata=None,
+                attachments=attachment,
                 factory_uid=automation.factory_uid,
                 automation_id=automation.uid,
                 webhook_uid=p.webhook.uid,
                 delivery_id=p.delivery_id,
-                worker_host=config.get("worker_host"),
             )
-            rows.append((row, attachment))
+            row = build_run_row(now, new)
+            rows.append((row, new.attachments))
             run_ids.append(row["run_id"])
         started[index] = tuple(run_ids)
     insert_runs(conn, rows)

@@ -33,6 +33,7 @@ from api.http.pagination import Cursor, InvalidCursor, parse_timestamp_key, spli
 from api.runs import events
 from api.runs.config import worker_host_of
 from api.runs.followup_limits import DEFAULT_FOLLOWUP_LIMITS, FollowupLimits, check_pending
+from api.runs.new_run import NewAttachment, NewRun
 from api.runs.states import TERMINAL, RunEvent, RunState, Transition, transition
 from store import NotFound, ids
 from store.bulk import insert_rows
@@ -41,22 +42,6 @@ from store.models import Run, RunAttachment, RunFollowup, RunLog
 
 TITLE_MAX = 80
 SORT_COLUMNS = {"updated_at": Run.updated_at, "created_at": Run.created_at, "title": Run.title}
-
-
-@dataclass(frozen=True)
-class Creator:
-    """Who started a run: ``user`` or ``service_account`` (API keys), with a stable uid."""
-
-    type: str
-    uid: str
-    display_name: str | None = None
-
-
-@dataclass(frozen=True)
-class NewAttachment:
-    file_name: str
-    mime_type: str
-    data: bytes
 
 
 @dataclass(frozen=True)
@@ -114,40 +99,20 @@ def default_title(prompt: str | None, fallback: str = "Untitled run") -> str:
     return fallback
 
 
-def build_run_row(
-    now: dt.datetime,
-    *,
-    team_id: str,
-    prompt: str,
-    title: str | None,
-    agent_config: Mapping[str, Any],
-    source: str,
-    creator: Creator,
-    metadata: Mapping[str, str] | None,
-    factory_uid: str | None = None,
-    automation_id: str | None = None,
-    webhook_uid: str | None = None,
-    delivery_id: str | None = None,
-    worker_host: str | None = None,
-    conversation_id: str | None = None,
-    parent_run_id: str | None = None,
-    schedule_id: str | None = None,
-    schedule: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The attribute values of a new QUEUED run (``Run(**row)``), without touching a session.
+def build_run_row(now: dt.datetime, new: NewRun) -> dict[str, Any]:
+    """The attribute values of ``new`` as a QUEUED run (``Run(**row)``), without touching a session.
 
     Lets a caller that creates many runs at once insert them with one statement (:func:`insert_runs`).
-    A scheduled run carries its schedule's uid and a snapshot of it (docs/schedules.md, "Runs started by
-    a schedule").
     """
-    config = dict(agent_config)
-    host = worker_host if worker_host is not None else config.get("worker_host")
+    config = dict(new.agent_config)
+    host = new.worker_host if new.worker_host is not None else config.get("worker_host")
     fallback = str(config.get("skill_spec") or "Untitled run")
+    title = new.title
     return {
         "run_id": ids.new_id(ids.RUN),
-        "team_id": team_id,
-        "title": (title.strip() if title and title.strip() else default_title(prompt, fallback))[:500],
-        "prompt": prompt,
+        "team_id": new.team_id,
+        "title": (title.strip() if title and title.strip() else default_title(new.prompt, fallback))[:500],
+        "prompt": new.prompt,
         "state": RunState.QUEUED.value,
         "created_at": now,
         "updated_at": now,
@@ -155,19 +120,19 @@ def build_run_row(
         "agent_config": config,
         "config_name": _short(config.get("name")),
         "model_id": _short(config.get("model_id")),
-        "source": source,
-        "creator_type": creator.type,
-        "creator_uid": creator.uid,
-        "creator_display_name": creator.display_name,
-        "run_metadata": dict(metadata or {}),
-        "factory_uid": factory_uid,
-        "automation_id": automation_id,
-        "webhook_uid": webhook_uid,
-        "delivery_id": delivery_id,
-        "conversation_id": conversation_id,
-        "parent_run_id": parent_run_id,
-        "schedule_id": schedule_id,
-        "schedule": dict(schedule) if schedule is not None else None,
+        "source": new.source,
+        "creator_type": new.creator.type,
+        "creator_uid": new.creator.uid,
+        "creator_display_name": new.creator.display_name,
+        "run_metadata": dict(new.metadata or {}),
+        "factory_uid": new.factory_uid,
+        "automation_id": new.automation_id,
+        "webhook_uid": new.webhook_uid,
+        "delivery_id": new.delivery_id,
+        "conversation_id": new.conversation_id,
+        "parent_run_id": new.parent_run_id,
+        "schedule_id": new.schedule_id,
+        "schedule": dict(new.schedule) if new.schedule is not None else None,
         "worker_host": worker_host_of(host if isinstance(host, str) else None),
         "attempt": 0,
         "cancel_requested": False,
@@ -202,62 +167,17 @@ def insert_runs(conn: Connection, runs: Sequence[tuple[Mapping[str, Any], Sequen
     events.insert_created(conn, [row for row, _ in runs])
 
 
-async def create_run(
-    session: AsyncSession,
-    clock: Clock,
-    *,
-    team_id: str,
-    prompt: str,
-    title: str | None,
-    agent_config: Mapping[str, Any],
-    source: str,
-    creator: Creator,
-    metadata: Mapping[str, str] | None,
-    attachments: Sequence[NewAttachment],
-    factory_uid: str | None = None,
-    automation_id: str | None = None,
-    webhook_uid: str | None = None,
-    delivery_id: str | None = None,
-    worker_host: str | None = None,
-    conversation_id: str | None = None,
-    parent_run_id: str | None = None,
-    schedule_id: str | None = None,
-    schedule: Mapping[str, Any] | None = None,
-) -> Run:
-    """Insert a QUEUED run with its attachments and flush (unique-index violations raise here).
-
-    ``worker_host`` None takes ``agent_config["worker_host"]``; None, ``""`` and ``"warp"`` are
-    stored as ``""`` (service-hosted). ``title`` None or blank defaults to the prompt's first line.
-    """
-    run = Run(
-        **build_run_row(
-            clock.now(),
-            team_id=team_id,
-            prompt=prompt,
-            title=title,
-            agent_config=agent_config,
-            source=source,
-            creator=creator,
-            metadata=metadata,
-            factory_uid=factory_uid,
-            automation_id=automation_id,
-            webhook_uid=webhook_uid,
-            delivery_id=delivery_id,
-            worker_host=worker_host,
-            conversation_id=conversation_id,
-            parent_run_id=parent_run_id,
-            schedule_id=schedule_id,
-            schedule=schedule,
-        )
-    )
+async def create_run(session: AsyncSession, clock: Clock, new: NewRun) -> Run:
+    """Insert ``new`` as a QUEUED run with its attachments and flush (unique-index violations raise here)."""
+    run = Run(**build_run_row(clock.now(), new))
     session.add(run)
     events.add_event(run, events.STATE, events.state_data(run.state, None, None, False), run.created_at)
     await session.flush()
-    for att in attachments:
+    for att in new.attachments:
         session.add(
             RunAttachment(run_id=run.run_id, file_name=att.file_name, mime_type=att.mime_type, data=att.data)
         )
-    if attachments:
+    if new.attachments:
         await session.flush()
     return run
 

@@ -21,7 +21,8 @@ from multidict import MultiMapping
 from api.errors import BadRequest, PayloadTooLarge, ValidationFailed
 from api.http.bodies import field_error
 from api.runs.config import validate_config, validate_skill_spec
-from api.runs.records import NewAttachment, RunFilters
+from api.runs.new_run import NewAttachment
+from api.runs.records import RunFilters
 from api.runs.states import RunState
 from store.rules.vocabulary import RUN_SOURCES
 

@@ -26,6 +26,7 @@ from api.runs.claim_signal import wake_claimers
 from api.runs.config import resolve_config
 from api.runs.event_hub import notify_events, runs_queued
 from api.runs.followup_limits import FollowupLimits
+from api.runs.new_run import Creator, NewRun
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_ATTACHMENTS, MAX_PROMPT, parse_list_query, parse_run_request
 from api.runs.serialize import followup_item, log_line, run_item
@@ -41,8 +42,8 @@ OPENAPI_JSON = web.AppKey("openapi_json", str)
 MAX_LOG_LINES = 1000
 
 
-def creator_of(who: Principal) -> runs.Creator:
-    return runs.Creator(type="service_account", uid=who.key_id, display_name=who.name)
+def creator_of(who: Principal) -> Creator:
+    return Creator(type="service_account", uid=who.key_id, display_name=who.name)
 
 
 def illegal_transition(exc: IllegalTransition, detail: str) -> BadRequest | Conflict:
@@ -76,9 +77,7 @@ async def create_agent_run(request: web.Request) -> web.Response:
             resolve_config(parsed.config, None, None, None),
             skill_field=parsed.skill_field,
         )
-        run = await runs.create_run(
-            session,
-            request.app[CLOCK],
+        new = NewRun(
             team_id=who.team_id,
             prompt=parsed.prompt,
             title=parsed.title,
@@ -90,6 +89,7 @@ async def create_agent_run(request: web.Request) -> web.Response:
             conversation_id=parsed.conversation_id,
             parent_run_id=parsed.parent_run_id,
         )
+        run = await runs.create_run(session, request.app[CLOCK], new)
     runs_queued(request.app)
     return web.json_response(
         {"run_id": run.run_id, "task_id": run.run_id, "state": run.state, "at_capacity": False}

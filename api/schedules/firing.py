@@ -27,8 +27,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.errors import ApiError, Conflict
 from api.runs.config import automation_config, resolve_config
+from api.runs.new_run import Creator, NewRun
 from api.runs.prepare import finalize_config, resolve_skill
-from api.runs.records import Creator, create_run
+from api.runs.records import create_run
 from api.runs.skills import SkillResolver, SkillUnavailable
 from store.clock import ManualClock, rfc3339
 from store.cron import CronError, latest_fire, next_fire, parse, zone
@@ -45,7 +46,7 @@ _JUST_BEFORE = dt.timedelta(microseconds=1)
 
 def default_creator(schedule: Schedule) -> Creator:
     """Who a scheduled run is started by: the schedule itself, as a service account."""
-    return Creator("service_account", schedule.uid, f"schedule {schedule.name}"[:200])
+    return Creator.for_definition("schedule", schedule.uid, schedule.name)
 
 
 async def start_run(
@@ -83,9 +84,7 @@ async def start_run(
         "cron_schedule": schedule.cron,
         "fire_time": rfc3339(fire_time),  # stored for audit; the wire shows the first three
     }
-    return await create_run(
-        session,
-        ManualClock(now),  # the run is created at the caller's ``now`` (a fire's, or the request's)
+    new = NewRun(
         team_id=schedule.team_id,
         prompt=prompt,
         title=title,
@@ -93,12 +92,13 @@ async def start_run(
         source=SOURCE,
         creator=creator or default_creator(schedule),
         metadata=dict(schedule.run_metadata or {}),
-        attachments=(),
         factory_uid=factory_uid,
         automation_id=automation_id,
         schedule_id=schedule.uid,
         schedule=snapshot,
     )
+    # the run is created at the caller's ``now`` (a fire's, or the request's)
+    return await create_run(session, ManualClock(now), new)
 
 
 async def _automation(

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import ROUTE_MODULES, create_app
 from api.context import ServerSettings
-from api.runs.records import Creator
+from api.runs.new_run import Creator
 from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
 from store.db import create_engine

@@ -7,7 +7,7 @@ import base64
 import time
 
 from api.runs.claim_signal import wake_claimers
-from api.runs.records import NewAttachment
+from api.runs.new_run import NewAttachment
 
 CLAIM = "/api/v1/workers/claim"
 

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient
 from sql_support import statements
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from api.runs.records import NewAttachment
+from api.runs.new_run import NewAttachment
 from store.clock import SystemClock
 from store.crypto import SecretBox
 from store.models import ApplyRecord
