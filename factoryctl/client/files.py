@@ -18,6 +18,8 @@ from typing import Any
 
 from factoryctl.client.sync_client import FactoryClient
 
+# The registry's <folder>/<name>.yaml kinds: the client may not import it, a test compares the two
+# (docs/architecture.md, "Adding a definition kind").
 FOLDERS = ("webhooks", "environments", "schedules", "notifications")
 MAX_FILE_BYTES = 1024 * 1024
 
