@@ -72,7 +72,7 @@ async def measure(mode: str, deliveries: int, workdir: Path, db_url: str) -> lis
     hook_uid = await seed_webhook(db_url, key, 1)
     engine = create_engine(db_url)
     port = free_port()
-    settings = ServerSettings(data_dir=workdir, port=port, delivery_rate_limit=100_000)
+    settings = ServerSettings(data_dir=workdir / "data", port=port, delivery_rate_limit=100_000)
     app = create_app(
         settings,
         engine,
