@@ -1,7 +1,7 @@
 """Run records in the database: create, read, list (keyset pages), cancel, follow up, read logs.
 
 Queries and writes only; the caller owns the session and the transaction (claims and leases are in
-:mod:`api.runs.queue`).
+:mod:`api.claims.queue`).
 
 Every state change goes through :func:`api.runs.states.transition` (via :func:`apply_event`) and
 bumps ``updated_at``. Reads and writes are always scoped to a team: another team's run is
@@ -191,7 +191,7 @@ async def get_run(session: AsyncSession, team_id: str, run_id: str, *, for_updat
 
     ``for_update`` locks the run until the transaction ends: ``SELECT ... FOR UPDATE`` on
     PostgreSQL; on SQLite a no-op UPDATE first takes the database write lock, so the read cannot go
-    stale before the change is written (the same rule as :mod:`api.runs.queue`).
+    stale before the change is written (the same rule as :mod:`api.claims.queue`).
     """
     conds = (Run.run_id == run_id, Run.team_id == team_id)
     stmt = select(Run).where(*conds)
