@@ -53,12 +53,13 @@ from sqlalchemy import select, text
 from api.app import create_app
 from api.context import ServerSettings
 from api.ingress.lookup import FilterCache, WebhookRow, matching_automations
-from store import ids, payload_filter
+from store import ids
 from store import secrets as secret_store
 from store.clock import SystemClock
 from store.crypto import SecretBox
 from store.db import create_engine, migrate, session_factory
 from store.models import Automation, AutomationWebhook, Factory, Webhook
+from store.rules import payload_filter
 from store.teams import ensure_team
 
 TOKEN = "bench-token-0123456789"

@@ -13,14 +13,14 @@ Environments: an ``environment_id`` must name ``environments/<name>.yaml`` in th
 environment the caller knows from the store (``known_environments``); offline, only the tree counts.
 
 Schedules: what their schema cannot judge — the cron expression (FC070) and the time zone (FC071), by
-:mod:`store.cron`, the parser the scheduler fires by, so an expression that validates is one it can fire;
+:mod:`store.rules.cron`, the scheduler's parser, so an expression that validates is one it can fire;
 ``automation`` naming an automation of the same tree (FC072): the scheduler resolves it by name when
 the schedule fires, so it must exist once this tree is applied.
 
-Notifications: the URL must be one a message may be sent to (FC080, :func:`store.urlpolicy.url_refusal`,
+Notifications: the URL must be one a message may be sent to (FC080, :func:`store.rules.urlpolicy.url_refusal`,
 the rule the management API and the sender keep: https, or http to a loopback host, and no private,
 link-local or reserved literal address — server-side request forgery); ``events`` and ``filter`` must be
-storable (FC081, :func:`store.notification_rules.canonical_events` and ``canonical_filter``, the API's
+storable (FC081, :func:`store.rules.notification_rules.canonical_events` and ``canonical_filter``, the API's
 rules too); at most :data:`MAX_NOTIFICATIONS_PER_FACTORY` endpoints per factory (FC082). Filter names
 (``factories``, ``automations``) are not checked against anything: ``factories`` may widen the scope to
 other factories, whose automations this tree cannot see.
@@ -52,7 +52,7 @@ from reconciler.specs import (
     NotificationSpec,
     ScheduleSpec,
 )
-from store import cron, notification_rules, payload_filter, urlpolicy
+from store.rules import cron, notification_rules, payload_filter, urlpolicy
 
 UID_RE = re.compile(r"^wh_[0-9a-z]{26}$")
 DEFAULT_AGENT = "foreman"

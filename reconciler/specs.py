@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.notification_rules import canonical_events, canonical_filter
+from store.rules.notification_rules import canonical_events, canonical_filter
 from store.rules.vocabulary import canonical_scheme
 
 AUTH_MODES = ("token", "url_token", "signature")
@@ -285,7 +285,7 @@ class NotificationSpec:
     "Notifications").
 
     ``events`` and ``filter`` are kept as written; :meth:`fields` gives them canonical
-    (:mod:`store.notification_rules`), which only a spec the rules passed (FC081) may be asked for.
+    (:mod:`store.rules.notification_rules`), which only a spec the rules passed (FC081) may be asked for.
     """
 
     name: str

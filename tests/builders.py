@@ -27,7 +27,7 @@ from api.runs.new_run import Creator, NewAttachment, NewRun
 from api.runs.records import create_run
 from reconciler.kinds.automations import routing_rows
 from reconciler.specs import AutomationSpec, TriggerSpec
-from store import apikeys, cron, ids
+from store import apikeys, ids
 from store import secrets as secret_store
 from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
@@ -43,6 +43,7 @@ from store.models import (
     Team,
     Webhook,
 )
+from store.rules import cron
 from store.teams import DEFAULT_TEAM, ensure_team
 
 OTHER_TEAM = "other-team"
@@ -410,7 +411,7 @@ async def notification(
 ) -> NotificationEndpoint:
     """A notification endpoint as the management API (``managed_by="api"``) or an apply
     (``"definitions"``) leaves it; ``events`` and ``filter`` must already be canonical
-    (:mod:`store.notification_rules`). The sender's state (``failing`` ... ``last_success_at``) as given;
+    (:mod:`store.rules.notification_rules`). Sender state (``failing`` ... ``last_success_at``) as given;
     a ``definitions`` one's ``definition_path`` defaults to ``notifications/<name>.yaml``."""
     return await _added(
         session,

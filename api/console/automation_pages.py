@@ -19,8 +19,8 @@ from api.errors import ApiError
 from api.factories.serialize import trigger_json
 from api.ingress.pipeline import ACCEPTED
 from api.management.deliveries import WOULD_TRIGGER, evaluate_filter, load_automation
-from store import payload_filter
 from store.models import Automation, Delivery, Webhook
+from store.rules import payload_filter
 
 RECENT_DELIVERIES: Final = 50
 OPS: Final = {

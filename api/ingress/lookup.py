@@ -20,10 +20,10 @@ from sqlalchemy import Connection, Text, and_, bindparam, cast, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import store
-from store import payload_filter
 from store import secrets as secret_store
 from store.crypto import SecretBox
 from store.models import Automation, AutomationWebhook, Factory, Run, Secret, Webhook
+from store.rules import payload_filter
 
 log = logging.getLogger("factoryctl.ingress")
 

@@ -46,9 +46,9 @@ from api.http.pagination import (
 from api.http.paths import API_V1
 from api.ingress.pipeline import ACCEPTED, STATUSES
 from api.management.webhooks import load_webhook
-from store import payload_filter
 from store.clock import rfc3339
 from store.models import Automation, AutomationWebhook, Delivery, Factory, Run, Webhook
+from store.rules import payload_filter
 
 WOULD_TRIGGER, WOULD_NOT_TRIGGER = "Would trigger", "Would not trigger"
 REPLAYED = "Replayed"  # written by a replay, never by ingress (docs/management.md, "Replaying a delivery")

@@ -1,8 +1,8 @@
 """Notification endpoint request bodies, as pure functions (docs/management.md, "Notification endpoints").
 
 The rules are the ones ``notifications/<name>.yaml`` definitions keep, from the same places: where a URL may
-point (:func:`store.urlpolicy.url_refusal`), what ``events`` and ``filter`` may hold
-(:mod:`store.notification_rules`), and a name as webhooks of the API take it. Bodies are checked without
+point (:func:`store.rules.urlpolicy.url_refusal`), what ``events`` and ``filter`` may hold
+(:mod:`store.rules.notification_rules`), and a name as webhooks of the API take it. Bodies are checked without
 I/O (:func:`parse_endpoint`); the signing secret needs the store (:func:`check_signing_secret`): a
 ``webhook``-scoped team secret (runs can never read it) in Standard Webhooks form, checked as a
 ``standard_webhooks`` webhook's secret is (:func:`api.management.webhook_rules.secret_problem`).
@@ -24,8 +24,8 @@ from api.management.webhook_rules import SIGNATURE, check_name, secret_problem
 from store import secrets as secret_store
 from store.crypto import SecretBox
 from store.models import NotificationEndpoint
-from store.notification_rules import RuleError, canonical_events, canonical_filter
-from store.urlpolicy import url_refusal
+from store.rules.notification_rules import RuleError, canonical_events, canonical_filter
+from store.rules.urlpolicy import url_refusal
 
 MAX_ENDPOINTS = 20  # per factory, as for definitions (docs/notifications.md, "Bounds and settings")
 # Bounds of schemas/notification.schema.json, so a body the API takes is one a definition could hold.

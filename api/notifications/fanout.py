@@ -4,7 +4,7 @@ The outbox *is* the run event log (docs/notifications.md, "At least once"): ever
 ``state`` event in the change's own transaction (:mod:`api.runs.events`), so a committed change always has
 its event and a rolled-back one never does. This module reads those events in commit order
 (:func:`api.runs.events.read_ordered`, the same cursor the team stream uses), matches each against the
-team's enabled endpoints (:func:`store.notification_rules.matches`) and inserts the messages, freezing
+team's enabled endpoints (:func:`store.rules.notification_rules.matches`) and inserts the messages, freezing
 their body. The position read up to is stored in ``notification_cursor`` and moved in the same
 transaction as the messages it produced; the unique (endpoint, event) pair makes a second insert of a
 message a no-op, so a fan-out repeated after a crash produces nothing twice.
@@ -39,7 +39,7 @@ from store.models import (
     Run,
     RunEvent,
 )
-from store.notification_rules import RunFacts, event_type, is_change, matches
+from store.rules.notification_rules import RunFacts, event_type, is_change, matches
 
 CURSOR: Final = "fanout"
 PENDING: Final = "pending"

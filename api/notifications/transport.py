@@ -2,9 +2,9 @@
 
 :class:`Transport` is the interface the sender sees; :class:`GuardedTransport` is the real one
 (docs/notifications.md, "Where a notification may be sent"): every URL is checked again when it is used
-(:func:`store.urlpolicy.url_refusal`); every connection is checked where it is made —
+(:func:`store.rules.urlpolicy.url_refusal`); every connection is checked where it is made —
 :func:`guarded_connector`'s socket factory judges the address each socket is about to connect to
-(:func:`store.addresspolicy.connect_refusal`), whether it came from a DNS answer or from an IP literal
+(:func:`store.rules.addresspolicy.connect_refusal`), whether it came from a DNS answer or from an IP literal
 that aiohttp never resolves — and the resolver refuses a name if any of its addresses is refused, so the
 connection goes to exactly the checked addresses (no second lookup can be answered differently).
 Redirects are never followed, proxies from the environment are ignored, each attempt has a deadline.
@@ -31,7 +31,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 from api.notifications.policy import NotificationSettings
-from store import addresspolicy, urlpolicy
+from store.rules import addresspolicy, urlpolicy
 
 log = logging.getLogger("factoryctl.notifications")
 

@@ -10,7 +10,7 @@ An MCP-capable agent CLI starts every stdio server of the workspace's ``.mcp.jso
   over the admin-only environments API), and ``{warp_id: NAME}`` references the server ``NAME`` of the
   run's environment — the SDK's reference to a team's shared server;
 - every URL, a run's or an environment's, passes the outbound address rules of notification endpoints
-  (:func:`store.urlpolicy.url_refusal`, docs/notifications.md): https (http only to loopback), no
+  (:func:`store.rules.urlpolicy.url_refusal`, docs/notifications.md): https (http only to loopback), no
   credentials, no private, link-local or reserved literal address.
 
 :func:`expand` turns a run's servers into what the worker writes, from the environment as it is now. It
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from store import urlpolicy
+from store.rules import urlpolicy
 
 ENVIRONMENT_KEY = "mcpServers"  # an environment's admin-defined servers
 REFERENCE = "warp_id"  # a run's reference to one of them

@@ -32,8 +32,8 @@ from api.runs.prepare import finalize_config, resolve_skill
 from api.runs.records import create_run
 from api.runs.skills import SkillResolver, SkillUnavailable
 from store.clock import ManualClock, rfc3339
-from store.cron import CronError, latest_fire, next_fire, parse, zone
 from store.models import Automation, Factory, Run, Schedule, ScheduleFire
+from store.rules.cron import CronError, latest_fire, next_fire, parse, zone
 from store.rules.vocabulary import RunSource
 
 log = logging.getLogger("factoryctl.schedules")

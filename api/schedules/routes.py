@@ -37,8 +37,9 @@ from api.runs.requests import MAX_PROMPT, validate_metadata
 from api.runs.routes import creator_of
 from api.schedules.firing import start_run
 from api.schedules.serialize import automation_views, schedule_item
-from store import cron, ids
+from store import ids
 from store.models import Factory, Schedule
+from store.rules import cron
 
 MAX_BODY = 2_097_152  # a prompt of 200,000 characters and a config with a base prompt, JSON-escaped
 MAX_NAME = 200

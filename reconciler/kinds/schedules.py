@@ -28,8 +28,8 @@ from reconciler.kinds.base import MANAGED_BY, KindStore, Writer, read_stored
 from reconciler.plan import Change, StoredObject
 from reconciler.registry import BY_NAME
 from reconciler.specs import ScheduleSpec, digest
-from store import cron
 from store.models import Schedule
+from store.rules import cron
 
 # The compared columns; ``agent_config`` is the spec's ``config``.
 COLUMNS = (

@@ -3,7 +3,7 @@
 A run's caller never names a command: stdio MCP servers are defined by admins in an environment
 (``mcpServers``, over the admin API or in ``environments/<name>.yaml``) and a run references one by name
 (``{warp_id: NAME}``). URL servers obey the outbound address rules of notifications
-(:func:`store.urlpolicy.url_refusal`). Checked where a run is created (422, nothing queued), where a worker
+(:func:`store.rules.urlpolicy.url_refusal`). Checked at run creation (422, nothing queued), where a worker
 claims it (a stored run from before the rule gets no command) and where the worker writes ``.mcp.json``.
 """
 

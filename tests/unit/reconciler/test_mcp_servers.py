@@ -10,7 +10,7 @@ import pytest
 from reconciler import rules
 from reconciler.loader import load
 from reconciler.specs import FactoryDefinition
-from store import urlpolicy
+from store.rules import urlpolicy
 
 ENV = "mcpServers:\n  github:\n    command: gh-mcp\n    args: [--stdio]\n    env: {TOKEN: 'secret:GH'}\n"
 

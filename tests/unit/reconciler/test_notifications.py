@@ -10,7 +10,7 @@ from reconciler import rules
 from reconciler.loadcache import LoadCache
 from reconciler.loader import LoadResult, load
 from reconciler.specs import FactoryDefinition, NotificationSpec
-from store import notification_rules, urlpolicy
+from store.rules import notification_rules, urlpolicy
 
 OK = "url: https://hooks.example.com/factory\nsecretName: OPS_HOOK\nevents: [SUCCEEDED]\n"
 

@@ -11,7 +11,7 @@ from reconciler import rules
 from reconciler.loadcache import LoadCache
 from reconciler.loader import LoadResult, load
 from reconciler.specs import FactoryDefinition, ScheduleSpec
-from store import cron
+from store.rules import cron
 
 NIGHTLY = "---\ntitle: Nightly\n---\nWrite the nightly report.\n"
 
@@ -24,7 +24,7 @@ def loaded(root: Path) -> FactoryDefinition:
 
 
 def cron_problem(expression: str) -> str:
-    """What :mod:`store.cron` says about ``expression`` (the rule passes it on)."""
+    """What :mod:`store.rules.cron` says about ``expression`` (the rule passes it on)."""
     with pytest.raises(cron.CronError) as caught:
         cron.parse(expression)
     return caught.value.message
@@ -165,7 +165,7 @@ def test_an_unknown_time_zone_points_at_its_value(factory_tree, where) -> None: 
             cron.zone(name)
         assert diagnostic.message == caught.value.message and caught.value.field is None
     assert typo.hint == "did you mean 'Europe/Berlin'?"
-    assert case.hint is None and "'Europe/Berlin'" in case.message  # store.cron suggests it already
+    assert case.hint is None and "'Europe/Berlin'" in case.message  # store.rules.cron suggests it already
 
 
 def test_an_automation_that_does_not_exist_lists_those_that_do(  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""Cron policy (store/cron.py): parsing and its error messages, fire times across month, year and leap-day
+"""Cron policy (store/rules/cron.py): parsing, its error messages, fire times across month, year and leap-day
 boundaries, the day-of-month/day-of-week rule, DST gaps and folds for fixed-hour and wildcard-hour
 schedules in real zones, catch-up after downtime, and a property test against a minute-by-minute
 reference built straight from the rules in the module docstring."""
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from store.cron import FIELD_NAMES, CronError, CronExpression, latest_fire, next_fire, parse, zone
+from store.rules.cron import FIELD_NAMES, CronError, CronExpression, latest_fire, next_fire, parse, zone
 
 UTC = dt.UTC
 MINUTE = dt.timedelta(minutes=1)

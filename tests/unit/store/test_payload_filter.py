@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.payload_filter import (
+from store.rules.payload_filter import (
     MAX_DEPTH,
     FilterProblem,
     InvalidFilter,

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
-from store import urlpolicy
+from store.rules import urlpolicy
 
 
 @pytest.mark.parametrize(

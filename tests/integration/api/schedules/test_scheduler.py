@@ -24,11 +24,11 @@ from api.runs.claim_signal import claim_signal, wake_claimers
 from api.runs.prepare import SKILLS
 from api.schedules.firing import Fired
 from api.schedules.scheduler import fire_due, schedule_scheduler
-from store import cron
 from store.clock import ManualClock
 from store.crypto import SecretBox
 from store.db import create_engine
 from store.models import Run, ScheduleFire
+from store.rules import cron
 
 UTC = dt.UTC
 START = dt.datetime(2026, 6, 1, 12, 0, tzinfo=UTC)

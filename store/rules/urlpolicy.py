@@ -10,13 +10,13 @@ rule, checked twice:
    full-width digits (U+FF10...), ideographic full stops (U+3002) and circled digits (U+2460...)
    have become ASCII. ``https``, or ``http`` only to a loopback host (``localhost``, ``127.0.0.0/8``,
    ``::1``); no user name or password; a host. A literal address must pass
-   :func:`store.addresspolicy.address_refusal`; a host written with non-ASCII characters that becomes an
+   :func:`store.rules.addresspolicy.address_refusal`; a host written with non-ASCII characters that becomes an
    address, or a number that is not a canonical address (``2852039166``, ``0x7f.1``), is refused, as
    resolvers and libraries read such hosts differently. Any other host must be a DNS name a resolver takes:
    labels of 1 to 63 letters, digits, ``-`` or ``_``, at most 253 characters (``a..localhost`` made
    ``getaddrinfo`` raise at send time).
 2. **When a request is made**: the URL is judged again, and the address every connection is about to reach,
-   however it was found, must pass :func:`store.addresspolicy.connect_refusal`
+   however it was found, must pass :func:`store.rules.addresspolicy.connect_refusal`
    (``api/notifications/transport.py``). Redirects are never followed.
 """
 
@@ -26,7 +26,7 @@ import ipaddress
 import re
 from typing import Final
 
-from store.addresspolicy import IPAddress, address_refusal, connect_refusal, is_loopback
+from store.rules.addresspolicy import IPAddress, address_refusal, connect_refusal, is_loopback
 
 MAX_URL_LENGTH: Final = 2000
 MAX_NAME_LENGTH: Final = 253

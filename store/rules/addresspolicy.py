@@ -1,7 +1,7 @@
 """Which IP addresses outbound requests may reach (docs/notifications.md, "Where a notification may be sent").
 
 Judged twice for every request: on the literal address in a URL when it is written
-(:func:`store.urlpolicy.url_refusal`), and on the address a socket is about to connect to
+(:func:`store.rules.urlpolicy.url_refusal`), and on the address a socket is about to connect to
 (:func:`connect_refusal`, called by the notifications transport for every connection, whatever produced the
 address: an IP literal or a DNS answer).
 
