@@ -96,8 +96,6 @@ def create_app(
     )
     if settings.trusted_proxies:
         app.middlewares.insert(0, forwarded_client_middleware(app[AUTH_FAILURES]))
-    if settings.trusted_proxies:
-        app.middlewares.insert(0, forwarded_client_middleware(app[AUTH_FAILURES]))
     app[CLAIM_SIGNAL] = ClaimSignal()
     app[ops.LATENCY] = latency
     for name in route_modules:
