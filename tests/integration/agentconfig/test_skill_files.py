@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import builders
 import pytest
 from aiohttp.test_utils import TestClient
+from gitobjects import git
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.app import ROUTE_MODULES, create_app
@@ -27,15 +27,6 @@ if TYPE_CHECKING:
 
 RUNS = "/api/v1/agent/runs"
 TOKEN = "ghp_deploytoken12345"
-
-
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-    )
 
 
 @pytest.mark.parametrize(

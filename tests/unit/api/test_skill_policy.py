@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
+from gitobjects import git
 
 from api.runs.skills import CacheLimits, SkillResolver, SkillUnavailable, parse_skill_spec
 from factoryctl.cli import build_parser
@@ -21,15 +21,6 @@ from schemas import load_schema
 
 SKILL = "---\nname: triage-bot\n---\n\nYou triage issues.\n"
 CREDENTIALED = "https://deploy:ghp_token123456@git.example/acme/skills.git"
-
-
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-    )
 
 
 def repo(path: Path, files: dict[str, str | bytes], symlinks: dict[str, str] | None = None) -> Path:

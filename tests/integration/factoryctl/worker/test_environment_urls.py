@@ -4,22 +4,13 @@ hooks) runs during the clone or the checkout."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
+from gitobjects import git
 
 from factoryctl.worker import EnvironmentSetupFailed
 from factoryctl.worker.environment import prepare_environment
-
-
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-    )
 
 
 @pytest.fixture
