@@ -35,7 +35,9 @@ class Principal:
 
 
 def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+    # surrogatepass: a header or form value that was not UTF-8 hashes to no key instead of raising (a 401
+    # that counts against the failed-authentication budget, never a 500).
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 async def create_key(

@@ -19,7 +19,15 @@ from api.auth_failures import AUTH_FAILURES
 from api.console import admin_pages, automation_pages, factory_pages, run_list, run_pages
 from api.console import sessions as console_sessions
 from api.console.rendering import render, setup_templates
-from api.console.security import changing, csrf_ok, current_user, settings_of, setup_security, signed_in
+from api.console.security import (
+    changing,
+    csrf_ok,
+    current_user,
+    read_form,
+    settings_of,
+    setup_security,
+    signed_in,
+)
 from api.context import CLOCK, SESSIONS, SETTINGS
 from api.factories.serialize import factory_json
 from store.apikeys import authenticate
@@ -85,7 +93,7 @@ async def login(request: web.Request) -> web.StreamResponse:
 
     A wrong or revoked key spends the address's failed-authentication budget, shared with the API
     (:mod:`api.auth_failures`); once it is spent every key is refused with 429 until it recovers."""
-    form = await request.post()
+    form = await read_form(request)
     if not csrf_ok(request.cookies.get(console_sessions.LOGIN_COOKIE, ""), form.get("login_token")):
         return await login_form(request, error="The sign-in form expired; try again.", status=403)
     key = form.get("api_key")

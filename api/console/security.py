@@ -112,13 +112,31 @@ async def signed_in(request: web.Request) -> ConsoleUser:
 
 
 def csrf_ok(expected: str, presented: object) -> bool:
-    return isinstance(presented, str) and bool(expected) and hmac.compare_digest(expected, presented)
+    """Constant-time, over bytes: ``compare_digest`` raises on ``str`` holding non-ASCII characters, and a
+    form field is whatever the sender wrote."""
+    if not isinstance(presented, str) or not expected:
+        return False
+    return hmac.compare_digest(
+        expected.encode("utf-8", "surrogatepass"), presented.encode("utf-8", "surrogatepass")
+    )
+
+
+async def read_form(request: web.Request) -> dict[str, str]:
+    """A POSTed form's text fields; a body that is not a readable form (bytes that are not UTF-8 in a
+    multipart field, a broken multipart body) is a 400 with a readable page, never a 500."""
+    try:
+        fields = await request.post()
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise web.HTTPBadRequest(
+            text=f"Refused: the form could not be read ({type(exc).__name__})."
+        ) from None
+    return {k: v for k, v in fields.items() if isinstance(v, str)}
 
 
 async def changing(request: web.Request, *, admin: bool = False) -> tuple[ConsoleUser, dict[str, str]]:
     """The user and form of a state-changing POST: signed in, the session's CSRF token, the role."""
     user = await signed_in(request)
-    form = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+    form = await read_form(request)
     if not csrf_ok(user.csrf_token, form.get("csrf_token")):
         raise web.HTTPForbidden(text="Refused: the form's CSRF token is missing or stale; reload the page.")
     if admin and not user.is_admin:
@@ -133,6 +151,7 @@ __all__ = [
     "console_middleware",
     "csrf_ok",
     "current_user",
+    "read_form",
     "setup_security",
     "signed_in",
 ]

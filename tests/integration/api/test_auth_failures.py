@@ -6,6 +6,7 @@ names the client only when the peer is a configured trusted proxy."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -176,3 +177,29 @@ async def test_two_replicas_on_one_postgresql_store_count_together(
             await replica.close()
         for e in engines:
             await e.dispose()
+
+
+async def test_keys_and_forms_that_are_not_utf8_are_refused_never_a_server_error(started: Any) -> None:
+    client = await started(client_auth_failure_limit=2)
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    for _ in range(3):  # raw bytes: no HTTP client sends a header that is not UTF-8
+        writer.write(
+            b"GET " + RUNS.encode() + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer fk_\xff\xfe\r\n\r\n"
+        )
+        await writer.drain()
+        status = (await reader.readline()).split()[1]
+        length = 0
+        while (line := await reader.readline()) != b"\r\n":
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        await reader.readexactly(length)
+        assert status in (b"401", b"429")
+    writer.close()
+    assert status == b"429"  # each was a failed key that spent the budget, not a crash
+    body = b'--b\r\nContent-Disposition: form-data; name="api_key"\r\n\r\nfk_\xff\r\n--b--\r\n'
+    resp = await client.post(
+        "/console/login", data=body, headers={"Content-Type": "multipart/form-data; boundary=b"}
+    )
+    assert resp.status == 400, await resp.text()
+    resp = await client.post("/console/login", data={"login_token": "\u00ff" * 8, "api_key": "fk_x"})
+    assert resp.status == 403, await resp.text()  # a stale form, whatever its characters
