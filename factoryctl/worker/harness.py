@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from factoryctl.worker import HarnessError
 from factoryctl.worker.job import Job, Outcome, redact
 from factoryctl.worker.sandbox import Sandbox, start_process
-from factoryctl.worker.workspace import PROMPT_FILE, RESULT_FILE
+from factoryctl.worker.workspace import PROMPT_FILE, RESULT_FILE, replace_file, write_missing
 
 OutputCallback = Callable[[str, str], Awaitable[None]]
 """``on_output(stream, line)``: stream is ``stdout``, ``stderr`` or ``system``; line has no newline."""
@@ -154,9 +154,8 @@ class CommandHarness:
     ) -> Outcome:
         if cancel.is_set():
             return Outcome.cancelled()
-        prompt_file = workspace / PROMPT_FILE
-        if not prompt_file.exists():
-            prompt_file.write_text(job.prompt)
+        # Setup ran before: never write through a symlink it left at this name (docs/workers.md, "Sandbox").
+        write_missing(workspace / PROMPT_FILE, job.prompt.encode())
         secrets = job.secret_values()
         emit = RedactingEmitter(on_output, secrets)
         timeout = min((t for t in (self.timeout_seconds, job.timeout_seconds) if t is not None), default=None)
@@ -402,9 +401,12 @@ async def _first_event(
 
 
 def _write_echo_result(job: Job, workspace: Path, first_line: str) -> list[str]:
-    files = sorted(
-        f"{p.name}/" if p.is_dir() else p.name for p in workspace.iterdir() if p.name != RESULT_FILE
-    )
+    with os.scandir(workspace) as entries:  # never follows a symlink: it may point anywhere on the host
+        files = sorted(
+            f"{e.name}/" if e.is_dir(follow_symlinks=False) else e.name
+            for e in entries
+            if e.name != RESULT_FILE
+        )
     report = [
         "# Echo harness result",
         "",
@@ -416,7 +418,7 @@ def _write_echo_result(job: Job, workspace: Path, first_line: str) -> list[str]:
         "",
         *(f"- {name}" for name in files),
     ]
-    (workspace / RESULT_FILE).write_text(redact("\n".join(report) + "\n", job.secret_values()))
+    replace_file(workspace / RESULT_FILE, redact("\n".join(report) + "\n", job.secret_values()).encode())
     return files
 
 

@@ -17,8 +17,12 @@ whatever the agent starts: the stdio MCP servers of ``.mcp.json``, its tools). T
   directory, its key and database, the server's home and working directory and the other runs'
   workspaces are never there.
 
-The environment is exactly the one given: it is bwrap's own environment, which the sandbox inherits
-(not ``--setenv`` arguments, which every user of the machine could read in ``/proc/PID/cmdline``).
+bwrap itself runs on the host, so nothing of the run reaches it: it is found once, by absolute path,
+when the :class:`Sandbox` is made (never through a ``PATH`` a run chose, which could name a ``bwrap``
+the run wrote into its workspace), and it starts with a fixed environment (no ``LD_PRELOAD`` or the
+like of the run's). The run's environment goes in through ``--clearenv`` and ``--setenv`` pairs read
+from an unlinked file (``--args FD``): inside the sandbox it is exactly the one given, and it is never
+on a command line, which every user of the machine could read in ``/proc/PID/cmdline``.
 
 Whether bwrap works is probed once per :class:`Sandbox` (``bwrap ... true`` with the same
 arguments a run gets) and cached: install bubblewrap, then restart the worker.
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -43,6 +48,8 @@ ERROR_CODE = SandboxUnavailable.error_code
 SANDBOX_HOME = "/home/sandbox"
 SANDBOX_TMP = "/tmp"  # noqa: S108 - a fresh tmpfs inside the sandbox, not the host's /tmp
 PROBE_TIMEOUT_SECONDS = 10.0
+# The environment bwrap itself starts with, on the host: fixed, whatever the run asked for.
+LAUNCH_ENV = {"PATH": "/usr/bin:/bin"}
 BASE_VARIABLES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What programs need from /etc to run, and nothing that may hold a credential.
@@ -80,6 +87,8 @@ class Sandbox:
         self, bwrap: str = DEFAULT_BWRAP, *, read_only: Iterable[Path] = (), writable: Iterable[Path] = ()
     ) -> None:
         self.bwrap = bwrap
+        # Resolved once, with the worker's own PATH: a run's PATH never chooses what runs on the host.
+        self.executable = bwrap if os.path.isabs(bwrap) else shutil.which(bwrap) or bwrap
         self.read_only = tuple(Path(p) for p in read_only)
         self.writable = tuple(Path(p) for p in writable)
         self._lock = threading.Lock()
@@ -89,10 +98,12 @@ class Sandbox:
     def __repr__(self) -> str:
         return f"Sandbox(bwrap={self.bwrap!r})"
 
-    def argv(self, argv: Sequence[str], workspace: Path) -> list[str]:
-        """The bwrap command line that runs ``argv`` in ``workspace`` inside the sandbox."""
+    def argv(self, argv: Sequence[str], workspace: Path, *, args_fd: int | None = None) -> list[str]:
+        """The bwrap command line that runs ``argv`` in ``workspace`` inside the sandbox; ``args_fd``: a
+        descriptor bwrap reads more NUL-separated arguments from (the environment, :func:`start_process`)."""
         ws = str(workspace)
-        out = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        out = [self.executable, *(["--args", str(args_fd)] if args_fd is not None else [])]
+        out += ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         for top in SYSTEM_DIRS:
             if os.path.islink(top):  # merged /usr: /bin -> usr/bin
                 out += ["--symlink", os.readlink(top), top]
@@ -113,6 +124,14 @@ class Sandbox:
         """``env`` with ``HOME`` and ``TMPDIR`` pointing at the sandbox's own empty directories."""
         return {**env, "HOME": SANDBOX_HOME, "TMPDIR": SANDBOX_TMP}
 
+    @classmethod
+    def environment_args(cls, env: Mapping[str, str]) -> bytes:
+        """The ``--args`` payload that gives the sandboxed process exactly :meth:`environment` of ``env``."""
+        parts = ["--clearenv"]
+        for name, value in cls.environment(env).items():
+            parts += ["--setenv", name, value]
+        return b"".join(part.encode("utf-8", "surrogateescape") + b"\0" for part in parts)
+
     def problem(self) -> str | None:
         """Why this sandbox cannot be used on this machine, or None when it works (probed once)."""
         with self._lock:
@@ -129,7 +148,7 @@ class Sandbox:
             try:
                 done = subprocess.run(
                     self.argv(["true"], Path(scratch)),
-                    env={"PATH": "/usr/bin:/bin"},
+                    env=LAUNCH_ENV,
                     stdin=subprocess.DEVNULL,
                     capture_output=True,
                     timeout=PROBE_TIMEOUT_SECONDS,
@@ -159,11 +178,22 @@ async def start_process(
     Killing the group kills the whole sandbox: bwrap is the group's leader and ``--die-with-parent``
     takes everything inside with it.
     """
-    if sandbox is not None:
-        argv, env = sandbox.argv(argv, cwd), sandbox.environment(env)
-    return await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=dict(env), start_new_session=True, **streams
-    )
+    if sandbox is None:
+        return await asyncio.create_subprocess_exec(
+            *argv, cwd=cwd, env=dict(env), start_new_session=True, **streams
+        )
+    with tempfile.TemporaryFile() as spec:  # unlinked: only bwrap's inherited descriptor reaches it
+        spec.write(sandbox.environment_args(env))
+        spec.flush()
+        spec.seek(0)
+        return await asyncio.create_subprocess_exec(
+            *sandbox.argv(argv, cwd, args_fd=spec.fileno()),
+            cwd=cwd,
+            env=LAUNCH_ENV,
+            start_new_session=True,
+            pass_fds=(spec.fileno(),),
+            **streams,
+        )
 
 
 def service_environment(env: Mapping[str, str], passed: Iterable[str] = ()) -> dict[str, str]:

@@ -149,6 +149,25 @@ def workspace(base_dir: Path, job: Job, *, keep: bool = False) -> Iterator[Path]
             remove_workspace(path)
 
 
+def replace_file(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Write ``data`` at ``path`` in a workspace that run-controlled processes have used: whatever they
+    left at that name (a symlink to a file of the host's, a directory) is removed, never written through
+    (docs/workers.md, "Sandbox")."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        shutil.rmtree(path)
+    _write_new(path, data, mode=mode)
+
+
+def write_missing(path: Path, data: bytes) -> None:
+    """Write ``data`` at ``path`` when nothing - not even a dangling symlink - is there."""
+    if not os.path.lexists(path):
+        _write_new(path, data)
+
+
 def _write_new(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     # O_EXCL|O_NOFOLLOW: never write through something that already exists at that name.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)

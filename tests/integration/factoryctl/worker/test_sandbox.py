@@ -13,7 +13,7 @@ import pytest
 
 from factoryctl.worker.environment import prepare_environment
 from factoryctl.worker.errors import SandboxUnavailable
-from factoryctl.worker.harness import CommandHarness
+from factoryctl.worker.harness import CommandHarness, EchoHarness
 from factoryctl.worker.job import Job
 from factoryctl.worker.sandbox import (
     ERROR_CODE,
@@ -242,3 +242,44 @@ def test_service_hosted_runs_get_only_the_named_parts_of_the_servers_environment
     }
     assert service_environment(server) == {"PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C"}
     assert service_environment(server, ["ANTHROPIC_API_KEY"])["ANTHROPIC_API_KEY"] == "k"
+
+
+async def test_a_runs_environment_never_reaches_the_bwrap_on_the_host(layout, listener) -> None:
+    """A setup writes a ``bwrap`` into its workspace and puts it first on PATH (or preloads a library):
+    the next command must still start the real bwrap, which gives the run exactly its environment."""
+    lines: list[tuple[str, str]] = []
+
+    async def collect(stream: str, text: str) -> None:
+        lines.append((stream, text))
+
+    marker = layout["data"] / "ran-on-the-host"
+    fake = f"mkdir -p bin && printf '#!/bin/sh\\ntouch {marker}\\n' > bin/bwrap && chmod +x bin/bwrap"
+    spec = {
+        "setup": [fake, 'echo "second $FOO $PATH"'],
+        "env": {"PATH": "bin:/usr/bin:/bin", "FOO": "bar", "LD_PRELOAD": "./missing.so"},
+    }
+    await prepare_environment(
+        spec, layout["ws"], base_env=env_for(layout, listener), on_output=collect, sandbox=Sandbox()
+    )
+    assert not marker.exists()
+    assert "second bar bin:/usr/bin:/bin" in seen(lines), lines
+
+
+async def test_the_host_never_writes_through_a_symlink_setup_left(layout, tmp_path) -> None:
+    """RESULT.md and PROMPT.md are written by the worker on the host after setup ran: a symlink at either
+    name, to the data directory's key or to a new file of the host's, is replaced, never followed."""
+    planted = tmp_path / "planted.pth"
+    key = layout["data"] / "secret.key"
+    setup = f"ln -s {key} RESULT.md; rm -f PROMPT.md; ln -s {planted} PROMPT.md"
+    await prepare_environment(
+        {"setup": [setup]}, layout["ws"], base_env={"PATH": "/usr/bin:/bin"}, sandbox=Sandbox()
+    )
+    assert (layout["ws"] / "RESULT.md").is_symlink()
+    job = Job(run_id="run_x", prompt="import os; os.system('id')")
+    outcome = await EchoHarness().run(job, layout["ws"], cancel=asyncio.Event())
+    assert outcome.state == "SUCCEEDED", outcome
+    assert key.read_text() == SECRET  # not overwritten by the echo report
+    assert not (layout["ws"] / "RESULT.md").is_symlink()
+    harness = CommandHarness("cat >/dev/null", env={"PATH": "/usr/bin:/bin"}, sandbox=Sandbox())
+    assert (await harness.run(job, layout["ws"], cancel=asyncio.Event())).state == "SUCCEEDED"
+    assert not planted.exists()  # the prompt was not written through the dangling symlink
