@@ -145,6 +145,24 @@ def _repo_name(url: str) -> str:
     return safe_file_name(last.removesuffix(".git"), fallback="repo")
 
 
+def _borrows_objects(source: Path) -> str | None:
+    """Why a local repository would make git read objects from outside it, or None. Its path alone says
+    nothing: a ``.git`` file or ``commondir`` names another git directory, ``objects/info/alternates``
+    lends another object store, and an ``objects`` symlink is one (docs/workers.md, "Sandbox")."""
+    dot_git = source / ".git"
+    if dot_git.is_file():
+        return "has a .git file that names another git directory"
+    git_dir = dot_git if dot_git.is_dir() else source
+    if (git_dir / "commondir").exists():
+        return "is a worktree of another repository (commondir)"
+    objects = git_dir / "objects"
+    if objects.exists() and not objects.resolve().is_relative_to(source.resolve()):
+        return "keeps its objects outside itself"
+    if (objects / "info" / "alternates").exists() or (objects / "info" / "http-alternates").exists():
+        return "borrows objects from other repositories (objects/info/alternates)"
+    return None
+
+
 def _clone(url: str, dest: Path, ref: str | None, cwd: Path, timeout: float, guarded: Sequence[Path]) -> None:
     """Blocking clone (run in a thread); git is killed if it outlives ``timeout``."""
     if ref is not None:
@@ -155,6 +173,11 @@ def _clone(url: str, dest: Path, ref: str | None, cwd: Path, timeout: float, gua
         if any(source.is_relative_to(path.resolve()) for path in guarded):
             raise EnvironmentSetupFailed(
                 f"repository {display_url(url)!r} is in the server's data directory: runs may not read it"
+            )
+        if guarded and (borrowed := _borrows_objects(source)) is not None:
+            raise EnvironmentSetupFailed(
+                f"repository {display_url(url)!r} {borrowed}: git would read another repository's objects "
+                "(perhaps one in the server's data directory), so a service-hosted worker does not clone it"
             )
     if not dest.parent.resolve().is_relative_to(cwd.resolve()):  # e.g. through an earlier clone's symlink
         raise EnvironmentSetupFailed(f"repository path {str(dest.relative_to(cwd))!r} leaves the workspace")

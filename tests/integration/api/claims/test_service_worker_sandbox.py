@@ -109,3 +109,41 @@ async def test_an_environment_cannot_clone_a_repository_out_of_the_data_director
         assert run.status_message is not None
         assert run.status_message["error_code"] == "environment_setup_failed"
         assert "data directory" in run.status_message["message"]
+
+
+async def test_a_repository_that_borrows_objects_from_the_data_directory_is_refused(
+    worker_app, tmp_path: Path, aiohttp_client, sessions, new_run, wait_state
+) -> None:
+    """A repository outside the data directory can still make git read one inside it: alternates, a
+    ``.git`` file naming another git directory. Each is refused before git runs."""
+    data, outside = tmp_path / "data", tmp_path / "outside"
+    mirror = git.Repo.init(data / "mirror")
+    (data / "mirror" / "definitions.yaml").write_text("team A's definitions\n")
+    mirror.index.add(["definitions.yaml"])
+    actor = git.Actor("t", "t@example.com")
+    commit = mirror.index.commit("a", author=actor, committer=actor)
+    borrower = git.Repo.init(outside / "borrower", bare=True)
+    (outside / "borrower" / "objects" / "info" / "alternates").write_text(f"{data}/mirror/.git/objects\n")
+    borrower.git.update_ref("refs/heads/main", commit.hexsha)
+    borrower.git.symbolic_ref("HEAD", "refs/heads/main")
+    (outside / "gitfile").mkdir()
+    (outside / "gitfile" / ".git").write_text(f"gitdir: {data}/mirror/.git\n")
+    lifecycle = service_workers(1, "echo", None, tmp_path / "ws", heartbeat_seconds=0.2, sandbox=Sandbox())
+    app = worker_app(lifecycles=[lifecycle, lease_reaper(0.5)])
+    await aiohttp_client(app)
+    async with sessions() as s, s.begin():
+        team = await builders.team(s, "default")
+        for name in ("borrower", "gitfile"):
+            spec = {"repos": [{"url": str(outside / name), "path": "m"}]}
+            await builders.environment(s, SystemClock(), team.id, name, spec)
+    runs = [await new_run(agent_config={"environment_id": name}) for name in ("borrower", "gitfile")]
+    wake_claimers(app)
+    for run_id in runs:
+        run = await wait_state(run_id, FINISHED)
+        assert run.state == "FAILED", run.status_message
+        assert run.status_message is not None
+        assert run.status_message["error_code"] == "environment_setup_failed"
+        assert (
+            "another repository" in run.status_message["message"]
+            or "another git directory" in (run.status_message["message"])
+        ), run.status_message
