@@ -35,7 +35,7 @@ import re
 import unicodedata
 from typing import Any
 
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import HttpProcessingError, InvalidURLError
 
 REDACTED = "[redacted]"
 AIOHTTP_LOGGERS = (
@@ -54,6 +54,7 @@ PROJECT_PREFIXES = ("factoryctl", "api", "reconciler", "store")
 _INGRESS = re.compile(r"(?i)(/+webhooks/+w/+)([^/\s?#'\"]+)(/[^\s?#'\"]*)?(\?[^\s#'\"]*)?")
 # What a webhook UID looks like (store.ids.new_id): anything else in the UID slot is hidden as well.
 _UID = re.compile(r"wh_[0-9a-z]{26}")
+_SEPARATOR = re.compile(r"([/\\;])")
 TOKEN_PLACEHOLDER, UID_PLACEHOLDER = "{token}", "{uid}"
 _SCHEME_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s'\",]+")
 _SENSITIVE_NAME = (
@@ -69,29 +70,36 @@ _LITERAL_START = re.compile(r"bytearray\(|\bb['\"]|(?<!\w)['\"]|['\"](?!\w)")
 
 
 def redact_path(path: str) -> str:
-    """A request path as it may be logged: after a ``webhooks`` segment followed by a ``w`` segment (any
-    case, empty segments between them skipped), the next segment stays only if it looks like a webhook
-    UID (else ``{uid}``), everything after it becomes ``{token}`` and a query string ``?{query}``; then
-    :func:`redact_text`'s credential shapes."""
+    """A request path as it may be logged: after a segment holding ``webhooks`` and a later ``w`` segment
+    (segments split at ``/``, ``\\`` and ``;``, compared in any case and compatibility form, without
+    control or invisible characters, whatever lies between them: ``.``, ``..``, empty segments), the next
+    segment stays only if it looks like a webhook UID (else ``{uid}``), everything after it becomes
+    ``{token}`` and a query string ``?{query}``; then :func:`redact_text`'s credential shapes. A near miss
+    that a router would not take is redacted all the same: the log errs towards hiding."""
     path, mark, query = path.partition("?")
-    segments = path.split("/")
-    words = [(i, _folded(seg)) for i, seg in enumerate(segments) if seg.strip()]
-    for n in range(len(words) - 1):
-        if words[n][1] != "webhooks" or words[n + 1][1] != "w":
-            continue
-        if n + 2 < len(words):
-            slot = words[n + 2][0]
-            uid = segments[slot] if _UID.fullmatch(segments[slot]) else UID_PLACEHOLDER
-            tail = "".join("/" + seg for seg in segments[slot + 1 :])
-            path = "/".join([*segments[:slot], uid]) + (f"/{TOKEN_PLACEHOLDER}" if tail.strip("/") else tail)
-            query = "{query}" if query else query
-        break
+    parts = _SEPARATOR.split(path)  # segment, separator, segment, ...
+    words = [(i, _folded(seg)) for i, seg in enumerate(parts) if i % 2 == 0 and _folded(seg)]
+    start = next((n for n, (_i, word) in enumerate(words) if "webhooks" in word), None)
+    w = (
+        next((n for n in range(start + 1, len(words)) if words[n][1] == "w"), None)
+        if start is not None
+        else None
+    )
+    if w is not None and w + 1 < len(words):
+        slot = words[w + 1][0]
+        uid = parts[slot] if _UID.fullmatch(parts[slot]) else UID_PLACEHOLDER
+        tail = "".join(parts[slot + 1 :])
+        hidden = _folded(_SEPARATOR.sub("", tail))  # anything but separators after the UID
+        path = "".join([*parts[:slot], uid]) + (f"/{TOKEN_PLACEHOLDER}" if hidden else tail)
+        query = "{query}" if query else query
     return redact_text(path + mark + query)
 
 
 def _folded(segment: str) -> str:
-    """A path segment compared the lenient way: compatibility forms (full-width letters), case, spaces."""
-    return unicodedata.normalize("NFKC", segment).casefold().strip()
+    """A path segment compared the lenient way: compatibility forms (full-width letters), case, spaces,
+    without control or invisible (format) characters."""
+    text = unicodedata.normalize("NFKC", segment)
+    return "".join(ch for ch in text if unicodedata.category(ch) not in ("Cc", "Cf")).casefold().strip()
 
 
 def redact_text(text: str) -> str:
@@ -145,7 +153,8 @@ def parser_error_summary(exc: HttpProcessingError) -> str:
     """
     first = str(exc.message).split("\n", 1)[0]
     reason = _LITERAL_START.split(first, maxsplit=1)[0].rstrip(" :(")
-    if reason.startswith("/") or "://" in reason:  # a bare request target is not a reason
+    # A bad URL's message may be the raw target alone (in any form: '*webhooks/w/<uid>/<token>').
+    if isinstance(exc, InvalidURLError) or reason.startswith("/") or "://" in reason:
         reason = "invalid request target"
     kind = type(exc)
     return f"{kind.__module__}.{kind.__qualname__}: {exc.code}, {redact_text(reason) or 'bad request'}"

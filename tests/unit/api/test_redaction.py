@@ -48,6 +48,14 @@ UID = "wh_01m8b8a1c59jhcjbrsnpyxv83p"  # the shape of store.ids.new_id("wh")
         (f"//WEBHOOKS//W//{UID}//{SECRET}/", f"//WEBHOOKS//W//{UID}/{{token}}"),
         (f"/webhooks/w//{SECRET}", "/webhooks/w//{uid}"),
         (f"/webhooks/w/{UID} /{SECRET}", "/webhooks/w/{uid}/{token}"),
+        # dot segments, other separators, invisible and control characters a router would not take
+        (f"/webhooks/./w/{UID}/{SECRET}", f"/webhooks/./w/{UID}/{{token}}"),
+        (f"/webhooks/x/../w/{UID}/{SECRET}", f"/webhooks/x/../w/{UID}/{{token}}"),
+        (f"/webhooks;x/w/{UID}/{SECRET}", f"/webhooks;x/w/{UID}/{{token}}"),
+        (f"/webhooks/w;/{UID}/{SECRET}", f"/webhooks/w;/{UID}/{{token}}"),
+        (f"/webhooks\\w\\{UID}\\{SECRET}", f"/webhooks\\w\\{UID}/{{token}}"),
+        (f"/webhooks\x00/w/{UID}/{SECRET}", f"/webhooks\x00/w/{UID}/{{token}}"),
+        (f"/webhooks/w\u200b/{UID}/{SECRET}", f"/webhooks/w\u200b/{UID}/{{token}}"),
         ("/api/v1/agent/runs", "/api/v1/agent/runs"),
         ("/console/factories/fa_1/webhooks/wh_1/enabled", "/console/factories/fa_1/webhooks/wh_1/enabled"),
         # credential shapes in a path are hidden like anywhere else
@@ -134,6 +142,7 @@ def test_parser_errors_keep_their_reason_and_lose_the_request_bytes() -> None:
         (LineTooLong(f"sha256={SECRET}...".encode(), 8190), "Got more than 8190 bytes when reading"),
         (InvalidHeader(f"Bearer {SECRET}\x7f".encode()), "Invalid HTTP header"),
         (InvalidURLError(f"/webhooks/w/wh_1/{SECRET}\x01"), "invalid request target"),
+        (InvalidURLError(f"*webhooks/w/wh_1/{SECRET}"), "invalid request target"),  # not a '/' target
         (
             BadHttpMessage("Transfer-Encoding can't be present with Content-Length:\n\n  b'x'"),
             "can't be present",
