@@ -98,6 +98,13 @@ def register(sub: Any) -> None:
         metavar="SECONDS",
         help="deadline of one notification attempt (15; a claim lapses after twice this + 5 s)",
     )
+    p.add_argument(
+        "--notification-allow-loopback",
+        action="store_true",
+        default=None,
+        help="let notifications reach this host's loopback (local development only: a team admin could "
+        "then post to services that listen only there)",
+    )
     p.add_argument("--team", default="default", help="team that owns factories applied from the source")
     p.set_defaults(handler=_serve)
 

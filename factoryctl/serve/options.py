@@ -162,9 +162,24 @@ class ServeOptions:
             env=dict(env),
             db_connect_attempts=max(1, int(env.get("FACTORY_DB_CONNECT_ATTEMPTS") or 8)),
             notifications=NotificationSettings(
-                timeout_seconds=timeout, connect_timeout_seconds=min(timeout, 5.0)
+                timeout_seconds=timeout,
+                connect_timeout_seconds=min(timeout, 5.0),
+                # Off unless asked for: loopback services are the operator's, not a team's to reach.
+                allow_loopback=bool(
+                    pick(args.notification_allow_loopback, "NOTIFICATION_ALLOW_LOOPBACK", False, _flag)
+                ),
             ),
         )
+
+
+def _flag(text: str) -> bool:
+    """A boolean ``FACTORY_*`` variable: ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (1/0, true/false, yes/no, on/off)")
 
 
 def guarded_paths(ctx: CliContext) -> tuple[Path, ...]:

@@ -130,7 +130,7 @@ def test_kill_9_mid_attempt_redelivers_with_the_same_webhook_id(tmp_path: Path) 
     data_dir = tmp_path / "data"
     url = f"sqlite+aiosqlite:///{data_dir / 'factory.db'}"
     data_dir.mkdir()
-    args = ("--notification-timeout", "1")
+    args = ("--notification-timeout", "1", "--notification-allow-loopback")  # the receiver is local
     env = {"FACTORY_SECRET_KEY": key}
     with Receiver(hang=1).serving() as receiver:
         asyncio.run(_seed(url, key, receiver.url, secret))
@@ -166,7 +166,7 @@ def test_two_replicas_send_each_message_once(tmp_path: Path, pg_template: Any) -
     try:
         with Receiver().serving() as receiver, ExitStack() as stack:
             asyncio.run(_seed(url, key, receiver.url, secret))
-            env = {"FACTORY_SECRET_KEY": key}
+            env = {"FACTORY_SECRET_KEY": key, "FACTORY_NOTIFICATION_ALLOW_LOOPBACK": "1"}
             first = stack.enter_context(serving(tmp_path / "d0", env=env, database=url))
             # the first server wrote the admin key; the second shares its store
             second = stack.enter_context(

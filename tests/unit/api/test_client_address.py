@@ -83,3 +83,13 @@ def test_a_bad_setting_stops_the_start(argv: list[str], message: str, tmp_path: 
 def test_a_setting_without_a_flag_is_named_by_its_variable(variable: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=f"^{variable} must be at least 1$"):
         _options([], {variable: "0"}, tmp_path)
+
+
+def test_serve_sends_no_notification_to_loopback_unless_asked(tmp_path: Path) -> None:
+    """Loopback services are the operator's: a team admin's endpoint may reach them only in development."""
+    assert _options([], {}, tmp_path).notifications.allow_loopback is False
+    assert _options(["--notification-allow-loopback"], {}, tmp_path).notifications.allow_loopback is True
+    on = {"FACTORY_NOTIFICATION_ALLOW_LOOPBACK": "yes"}
+    assert _options([], on, tmp_path).notifications.allow_loopback is True
+    with pytest.raises(ValueError, match="is not a boolean"):
+        _options([], {"FACTORY_NOTIFICATION_ALLOW_LOOPBACK": "maybe"}, tmp_path)
