@@ -65,6 +65,8 @@ def _address(text: str | None) -> Address | None:
     text = text.strip()
     if text.startswith("[") and "]" in text:  # "[2001:db8::1]:443"
         text = text[1 : text.index("]")]
+    elif text.count(":") == 1:  # "192.0.2.7:51234": some proxies append the client's port
+        text = text.partition(":")[0]
     try:
         found = ipaddress.ip_address(text)
     except ValueError:

@@ -31,6 +31,7 @@ PROXIES = parse_networks(["127.0.0.1/32", "10.0.0.0/8", "2001:db8:ffff::/48"])
         ("127.0.0.1", [], PROXIES, "127.0.0.1"),  # a proxy that sent no header: the proxy
         ("127.0.0.1", ["not-an-ip, 10.0.0.7"], PROXIES, "10.0.0.7"),  # junk stops the walk at a proxy
         ("127.0.0.1", ["[2001:db8::1]:443"], PROXIES, "2001:db8::/64"),
+        ("127.0.0.1", ["198.51.100.1:51234"], PROXIES, "198.51.100.1"),  # a proxy that appends the port
         # IPv6 clients per /64; IPv4-mapped addresses as IPv4
         ("2001:db8:1:2:3:4:5:6", [], (), "2001:db8:1:2::/64"),
         ("::ffff:198.51.100.3", [], (), "198.51.100.3"),
