@@ -27,9 +27,8 @@ from typing import Final
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-_V4 = ipaddress.ip_network
 _REFUSED_V4: Final = tuple(
-    _V4(n)
+    ipaddress.ip_network(n)
     for n in (
         "0.0.0.0/8",
         "10.0.0.0/8",
@@ -46,7 +45,7 @@ _REFUSED_V4: Final = tuple(
     )
 )
 _REFUSED_V6: Final = tuple(
-    _V4(n)
+    ipaddress.ip_network(n)
     for n in (
         "::/8",  # IPv4-compatible and other reserved forms (loopback, mapped: judged before)
         "100::/64",

@@ -83,16 +83,13 @@ def _host_refusal(host: str, written: str) -> str | None:
     """Why a URL may not point at ``host`` (as the HTTP client connects to it), or None."""
     ascii_written = written.isascii()
     ip = _literal(host)
-    if ip is None and host.endswith(".") and _literal(host[:-1]) is not None:
+    trailing_dot = False
+    if ip is None and host.endswith("."):
         ip = _literal(host[:-1])  # 169.254.169.254. resolves to the address
-        trailing_dot = True
-    else:
-        trailing_dot = False
-    if ip is not None and not is_loopback(ip):
-        reason = address_refusal(ip)
-        if reason is not None:
-            shown = "" if ascii_written else f" (the host {written!r} is read as {host})"
-            return f"{PRIVATE_NETWORK}: {reason}{shown}"
+        trailing_dot = ip is not None
+    if ip is not None and (reason := address_refusal(ip)) is not None:  # loopback passes
+        shown = "" if ascii_written else f" (the host {written!r} is read as {host})"
+        return f"{PRIVATE_NETWORK}: {reason}{shown}"
     if not ascii_written and (ip is not None or _NUMERIC.fullmatch(host)):
         return (
             f"the URL's host {written!r} is read as the address {host}:"
