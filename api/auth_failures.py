@@ -44,7 +44,8 @@ _MAX_HOPS = (
 
 
 def parse_networks(values: Iterable[str]) -> tuple[Network, ...]:
-    """``--trusted-proxy`` values (CIDRs or single addresses) as networks; ValueError names a bad one."""
+    """``--trusted-proxy`` values (CIDRs or single addresses; blank ones skipped, each stripped) as networks;
+    ValueError names a bad one."""
     networks = []
     for value in values:
         text = value.strip()
@@ -54,7 +55,7 @@ def parse_networks(values: Iterable[str]) -> tuple[Network, ...]:
             networks.append(ipaddress.ip_network(text, strict=False))
         except ValueError:
             raise ValueError(
-                f"--trusted-proxy {value!r} is not an IP address or CIDR (e.g. 10.0.0.0/8)"
+                f"--trusted-proxy {text!r} is not an IP address or CIDR (e.g. 10.0.0.0/8)"
             ) from None
     return tuple(networks)
 

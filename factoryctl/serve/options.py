@@ -20,8 +20,7 @@ from factoryctl.worker.sandbox import DEFAULT_BWRAP, check_layout
 def trusted_proxies(flags: list[str] | None, env_value: str) -> tuple[str, ...]:
     """``--trusted-proxy`` (repeatable), else ``FACTORY_TRUSTED_PROXIES`` (comma-separated): CIDRs or
     addresses, checked here so a typo stops the start (docs/operations.md, "Behind a reverse proxy")."""
-    values = tuple(v.strip() for v in (flags if flags else env_value.split(",")) if v.strip())
-    return tuple(str(net) for net in parse_networks(values))
+    return tuple(str(net) for net in parse_networks(flags if flags else env_value.split(",")))
 
 
 def parse_duration(value: str) -> float:
