@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -95,7 +95,7 @@ class MaskingChannel:
     one gate between a run's output and the server, whichever harness or step produced it."""
 
     def __init__(self, channel: RunChannel, secrets: Sequence[str]) -> None:
-        self.channel, self.secrets = channel, list(secrets)
+        self.channel, self.secrets = channel, frozenset(secrets)  # mask()'s cache key, hashed once
 
     async def heartbeat(self, *, start: bool) -> HeartbeatReply:
         return await self.channel.heartbeat(start=start)
@@ -301,7 +301,7 @@ async def _run_in_workspace(
                 log.warning("%s", exc)
 
 
-def _redacted(outcome: Outcome, secrets: list[str]) -> Outcome:
+def _redacted(outcome: Outcome, secrets: Iterable[str]) -> Outcome:
     message = outcome.status_message
     if not message or not isinstance(message.get("message"), str):
         return outcome

@@ -334,7 +334,7 @@ class RedactingEmitter:
 
     def __init__(self, on_output: OutputCallback | None, secrets: Iterable[str]) -> None:
         self.on_output = on_output
-        self.secrets = list(secrets)
+        self.secrets = frozenset(secrets)  # mask()'s cache key, hashed once
         self.lock = asyncio.Lock()
 
     async def __call__(self, stream: str, line: str) -> None:
