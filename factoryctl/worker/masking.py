@@ -39,8 +39,7 @@ def mask(text: str, secrets: Iterable[str]) -> str:
 
 def masked_forms(value: str) -> set[str]:
     """Every form of ``value`` :func:`mask` replaces."""
-    forms = {f for f in _forms(value) if len(f) >= MIN_MASKED_LENGTH}
-    return forms
+    return {f for f in _forms(value) if len(f) >= MIN_MASKED_LENGTH}
 
 
 @functools.lru_cache(maxsize=64)
