@@ -96,14 +96,14 @@ async def login(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     if not csrf_ok(request.cookies.get(console_sessions.LOGIN_COOKIE, ""), form.get("login_token")):
         return await login_form(request, error="The sign-in form expired; try again.", status=403)
-    key = form.get("api_key")
+    key = form.get("api_key", "")  # read_form keeps text fields only
     budget = request.app[AUTH_FAILURES]
-    if isinstance(key, str) and key and (wait := await budget.spent(request)) is not None:
+    if key and (wait := await budget.spent(request)) is not None:
         return await _too_many_failures(request, wait)
     async with request.app[SESSIONS]() as session, session.begin():
-        who = await authenticate(session, request.app[CLOCK], key) if isinstance(key, str) and key else None
+        who = await authenticate(session, request.app[CLOCK], key) if key else None
         if who is None:
-            if isinstance(key, str) and key and (wait := await budget.failed(request)) is not None:
+            if key and (wait := await budget.failed(request)) is not None:
                 return await _too_many_failures(request, wait)
             error = "That API key is not valid (unknown or revoked)."
         elif who.role == "worker":
