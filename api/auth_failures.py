@@ -38,9 +38,8 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 KEY_PREFIX = "client-auth:"
 IPV6_PREFIX = 64
-_MAX_HOPS = (
-    64  # X-Forwarded-For hops looked at, right to left (a longer header is mostly what the client wrote)
-)
+# X-Forwarded-For hops looked at, right to left (a longer header is mostly what the client wrote)
+_MAX_HOPS = 64
 
 
 def parse_networks(values: Iterable[str]) -> tuple[Network, ...]:
