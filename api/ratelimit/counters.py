@@ -1,6 +1,7 @@
-"""The limits behind the ingress: capacity leased from shared rows on PostgreSQL, process memory on SQLite.
+"""The counters behind every limit (ingress's per-webhook limits, the per-address failed-authentication
+budget): capacity leased from shared rows on PostgreSQL, process memory on SQLite.
 
-With PostgreSQL several replicas serve one store, so the per-webhook limits must hold across them
+With PostgreSQL several replicas serve one store, so a limit must hold across them
 without every delivery writing one shared row. :class:`LeasedCounter` admits from tokens it leased in
 chunks (the policy, pure, is :mod:`api.ratelimit.leases`); a lease is one statement on the key's
 ``rate_counters`` row for the current window, which counts the tokens all replicas have leased there.
