@@ -40,18 +40,26 @@ async def principal(request: web.Request) -> Principal:
             "missing API key: send 'Authorization: Bearer <key>'",
             headers={"WWW-Authenticate": 'Bearer realm="factoryctl"'},
         )
-    budget = request.app[AUTH_FAILURES]
-    if (wait := await budget.spent(request)) is not None:
-        raise too_many_failures(wait)
-    async with request.app[SESSIONS]() as session, session.begin():
-        found = await authenticate(session, request.app[CLOCK], token)
+    found = await key_holder(request, token)
     if found is None:
-        if (wait := await budget.failed(request)) is not None:
-            raise too_many_failures(wait)
         raise AuthenticationRequired(
             "invalid or revoked API key", headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}
         )
     request[PRINCIPAL] = found
+    return found
+
+
+async def key_holder(request: web.Request, key: str) -> Principal | None:
+    """Who holds ``key`` (None: unknown or revoked), looked up only while the request's address has
+    failed-authentication budget left, and spending it on a failure: the one path of the API's bearer keys
+    and the console's sign-in form. Raises :class:`RateLimited` (:func:`too_many_failures`) past it."""
+    budget = request.app[AUTH_FAILURES]
+    if (wait := await budget.spent(request)) is not None:
+        raise too_many_failures(wait)
+    async with request.app[SESSIONS]() as session, session.begin():
+        found = await authenticate(session, request.app[CLOCK], key)
+    if found is None and (wait := await budget.failed(request)) is not None:
+        raise too_many_failures(wait)
     return found
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from aiohttp import web
 from sqlalchemy import select
 
-from api.auth_failures import AUTH_FAILURES
+from api import RateLimited
+from api.auth import key_holder
 from api.console import admin_pages, automation_pages, factory_pages, run_list, run_pages
 from api.console import sessions as console_sessions
 from api.console.rendering import render, setup_templates
@@ -30,7 +31,6 @@ from api.console.security import (
 )
 from api.context import CLOCK, SESSIONS, SETTINGS
 from api.factories.serialize import factory_json
-from store.apikeys import authenticate
 from store.models import Factory
 
 HERE = Path(__file__).parent
@@ -97,24 +97,19 @@ async def login(request: web.Request) -> web.StreamResponse:
     if not csrf_ok(request.cookies.get(console_sessions.LOGIN_COOKIE, ""), form.get("login_token")):
         return await login_form(request, error="The sign-in form expired; try again.", status=403)
     key = form.get("api_key", "")  # read_form keeps text fields only
-    budget = request.app[AUTH_FAILURES]
-    if key and (wait := await budget.spent(request)) is not None:
-        return await _too_many_failures(request, wait)
-    async with request.app[SESSIONS]() as session, session.begin():
-        who = await authenticate(session, request.app[CLOCK], key) if key else None
-        if who is None:
-            if key and (wait := await budget.failed(request)) is not None:
-                return await _too_many_failures(request, wait)
-            error = "That API key is not valid (unknown or revoked)."
-        elif who.role == "worker":
-            error = "Worker keys cannot sign in to the console; use a member or admin key."
-        else:
-            token, _ = await console_sessions.open_session(
-                session, request.app[CLOCK], who, settings_of(request.app)
-            )
-            error = None
-    if error is not None:
+    try:
+        who = await key_holder(request, key) if key else None
+    except RateLimited as spent:
+        return await _too_many_failures(request, int(spent.headers["Retry-After"]))
+    if who is None:
+        return await login_form(request, error="That API key is not valid (unknown or revoked).", status=401)
+    if who.role == "worker":
+        error = "Worker keys cannot sign in to the console; use a member or admin key."
         return await login_form(request, error=error, status=401)
+    async with request.app[SESSIONS]() as session, session.begin():
+        token, _ = await console_sessions.open_session(
+            session, request.app[CLOCK], who, settings_of(request.app)
+        )
     response = web.HTTPSeeOther(_next(str(form.get("next") or "")))
     max_age = int(settings_of(request.app).absolute.total_seconds())
     console_sessions.set_cookie(
