@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Mapping
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, select, update
@@ -40,9 +41,9 @@ from api.claims.errors import NotLeaseHolder
 from api.claims.queue import pending_followups, report_state
 from api.runs.prepare import (
     SKILL_KEY,
+    expand_servers,
     find_environment,
     public_config,
-    run_mcp_servers,
     skill_repositories,
     with_skill,
 )
@@ -50,7 +51,7 @@ from api.runs.skills import SkillResolver, SkillUnavailable
 from api.runs.states import LEASED, IllegalTransition
 from store import NotFound
 from store.clock import Clock, rfc3339
-from store.models import Run, RunAttachment, RunFollowup
+from store.models import Environment, Run, RunAttachment, RunFollowup
 from store.secrets import mcp_secret_refs
 
 SKILL_UNAVAILABLE = "skill_unavailable"
@@ -107,16 +108,24 @@ async def claim_payload(
     if isinstance(skill, dict) and isinstance(skill.get("body"), str):
         body["skill_body"] = skill["body"]
     env_id = config.get("environment_id")
+    environment = await _run_environment(session, run.team_id, config)  # read once, for both
     if isinstance(env_id, str) and env_id:
-        body["environment"] = await environment_payload(session, run.team_id, env_id)
+        body["environment"] = environment_payload(environment, env_id)
     if config.get("mcp_servers"):  # references expanded; commands only from the environment (agent-config.md)
-        body["mcp_servers"] = await run_mcp_servers(session, run.team_id, config)
+        body["mcp_servers"] = expand_servers(config, environment).servers
     return {"run": body, "lease_seconds": lease_seconds, "lease_token": run.lease_token}
 
 
-async def environment_payload(session: AsyncSession, team_id: str, environment_id: str) -> dict[str, Any]:
+async def _run_environment(
+    session: AsyncSession, team_id: str, config: Mapping[str, Any]
+) -> Environment | None:
+    """The run's environment as it is now (None: the run names none, or it no longer exists)."""
+    env_id = config.get("environment_id")
+    return await find_environment(session, team_id, env_id) if isinstance(env_id, str) and env_id else None
+
+
+def environment_payload(row: Environment | None, environment_id: str) -> dict[str, Any]:
     """The environment as a worker prepares it; secrets by name only (``secret_refs``)."""
-    row = await find_environment(session, team_id, environment_id)
     if row is None:
         return {"error": f"environment {environment_id!r} no longer exists"}
     spec = row.spec or {}
@@ -238,10 +247,8 @@ async def run_secret_names(session: AsyncSession, run: Run) -> list[str]:
     ``secrets`` (as the environment is now). Computed from the store, never from a request; which of
     them a worker may read is :func:`store.secrets.reveal_for_run`'s rule (``run`` scope only)."""
     config = run.agent_config or {}
-    names = {name for _field, name in mcp_secret_refs(await run_mcp_servers(session, run.team_id, config))}
-    env_id = config.get("environment_id")
-    if isinstance(env_id, str) and env_id:
-        environment = await find_environment(session, run.team_id, env_id)
-        if environment is not None:
-            names.update(n for n in (environment.spec or {}).get("secrets") or [] if isinstance(n, str))
+    environment = await _run_environment(session, run.team_id, config)  # read once, for both
+    names = {name for _field, name in mcp_secret_refs(expand_servers(config, environment).servers)}
+    if environment is not None:
+        names.update(n for n in (environment.spec or {}).get("secrets") or [] if isinstance(n, str))
     return sorted(names)
