@@ -66,10 +66,14 @@ class EventHub:
         self.signal = ClaimSignal()
         self.closing = False
         self.open_by_key: collections.Counter[str] = collections.Counter()
-        self.tasks: set[asyncio.Task[object]] = set()
         self.tickets: set[Ticket] = set()
         self._last_seen: tuple[int | None, int | None] | None = None
         self._next_grant_check = 0.0
+
+    @property
+    def tasks(self) -> set[asyncio.Task[object]]:
+        """The tasks of the open streams (what :meth:`close` waits for)."""
+        return {t.task for t in self.tickets if t.task is not None}
 
     @contextlib.contextmanager
     def stream(self, grant: Grant) -> Iterator[Ticket]:
@@ -82,10 +86,7 @@ class EventHub:
                 f"at most {self.settings.max_streams_per_key} event streams may be open per API key"
             )
         self.open_by_key[key_id] += 1
-        task = asyncio.current_task()
-        if task is not None:
-            self.tasks.add(task)
-        ticket = Ticket(grant, task)
+        ticket = Ticket(grant, asyncio.current_task())
         self.tickets.add(ticket)
         try:
             yield ticket
@@ -94,8 +95,6 @@ class EventHub:
             self.open_by_key[key_id] -= 1
             if not self.open_by_key[key_id]:
                 del self.open_by_key[key_id]
-            if task is not None:
-                self.tasks.discard(task)
 
     async def probe(self, app: web.Application) -> None:
         """Wake the streams when the event log changed since the last probe (any writer, any replica).
@@ -106,7 +105,7 @@ class EventHub:
         including one that committed after a higher id, or that a running transaction held back, which
         leaves ``max(id)`` unchanged (docs/events.md, "Team stream").
         """
-        if not self.tasks:
+        if not self.tickets:
             self._last_seen = None
             return
         async with app[SESSIONS]() as session:
@@ -143,7 +142,7 @@ class EventHub:
         """End every open stream (they finish their current write and return), then cancel stragglers."""
         self.closing = True
         self.signal.wake()
-        pending = {t for t in self.tasks if t is not asyncio.current_task()}
+        pending = self.tasks - {asyncio.current_task()}
         if not pending:
             return
         _, late = await asyncio.wait(pending, timeout=self.settings.shutdown_grace_seconds)
