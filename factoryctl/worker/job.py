@@ -37,13 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from factoryctl.worker import InvalidClaim
-from factoryctl.worker.masking import MASK, MIN_MASKED_LENGTH, mask
+from factoryctl.worker.masking import mask
 
 OutcomeState = Literal["SUCCEEDED", "FAILED", "CANCELLED", "ERROR"]
 
-# Secrets shorter than this are not redacted from output (the rule of factoryctl.worker.masking).
-MIN_REDACTED_SECRET_LENGTH = MIN_MASKED_LENGTH
-REDACTED = MASK
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
