@@ -139,14 +139,18 @@ def _cap(
     while not done.wait(WATCH_INTERVAL):
         if tree_bytes(path) > max_bytes:
             over.set()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            _kill_group(proc)
             return
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL git's whole process group (ssh, remote helpers)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    _kill_group(proc)
     proc.communicate()
 
 
