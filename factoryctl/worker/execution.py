@@ -173,16 +173,15 @@ async def execute(
         cancel.set()
     buffer = LogBuffer()
     try:
-        harness = harness_for(job.agent_config, settings.harness, settings.command)
+        harness = harness_for(job.agent_config, settings.harness, settings.command, env=settings.harness_env)
         sandbox = await sandbox_for(
             job,
             command_harness=isinstance(harness, CommandHarness),
             sandbox=settings.sandbox,
             required=settings.sandbox_required,
         )
-        harness = harness_for(
-            job.agent_config, settings.harness, settings.command, env=settings.harness_env, sandbox=sandbox
-        )
+        if isinstance(harness, CommandHarness):
+            harness.sandbox = sandbox  # decided once the harness type is known
     except SandboxUnavailable as exc:
         return await _finish(job, channel, buffer, Outcome.failed(str(exc), exc.error_code))
     except WorkerError as exc:
