@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from reconciler.registry import APPLY_ORDER, BY_NAME, FACTORY, KINDS
@@ -43,38 +43,19 @@ class StoredObject:
     secret_version: int | None = None  # webhooks: the captured secret version
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class StoreState:
     """What the store holds for one factory, plus the team facts a plan needs.
 
     ``stored`` has each kind's live objects by name, keyed by kind (:mod:`reconciler.registry`); they
-    may also be given and read by the kind's folder: ``StoreState(webhooks={...})``, ``state.webhooks``.
+    may also be read by the kind's folder: ``state.webhooks``.
     """
 
-    factory: StoredObject | None
-    managed_by: str | None
-    stored: Mapping[str, Mapping[str, StoredObject]]
-    secret_versions: Mapping[str, int]  # team secret name -> current version
-    taken_environments: Mapping[str, str]  # env name -> owner, other factories
-
-    def __init__(
-        self,
-        factory: StoredObject | None = None,
-        managed_by: str | None = None,
-        stored: Mapping[str, Mapping[str, StoredObject]] | None = None,
-        secret_versions: Mapping[str, int] | None = None,
-        taken_environments: Mapping[str, str] | None = None,
-        **by_folder: Mapping[str, StoredObject],
-    ) -> None:
-        unknown = sorted(set(by_folder) - set(_FOLDERS))
-        if unknown:
-            raise TypeError(f"StoreState() got unknown kinds: {', '.join(unknown)}")
-        merged = dict(stored or {}) | {_FOLDERS[folder]: objs for folder, objs in by_folder.items()}
-        object.__setattr__(self, "factory", factory)
-        object.__setattr__(self, "managed_by", managed_by)
-        object.__setattr__(self, "stored", merged)
-        object.__setattr__(self, "secret_versions", secret_versions or {})
-        object.__setattr__(self, "taken_environments", taken_environments or {})
+    factory: StoredObject | None = None
+    managed_by: str | None = None
+    stored: Mapping[str, Mapping[str, StoredObject]] = field(default_factory=dict)
+    secret_versions: Mapping[str, int] = field(default_factory=dict)  # team secret name -> current version
+    taken_environments: Mapping[str, str] = field(default_factory=dict)  # env name -> owner, other factories
 
     def objects(self, kind: str) -> Mapping[str, StoredObject]:
         if kind == FACTORY.name:

@@ -36,12 +36,15 @@ def applied(d: FactoryDefinition) -> StoreState:
     return StoreState(
         factory=StoredObject("fa_1", "acme", factory),
         managed_by="definitions",
-        schedules={
-            s.name: StoredObject(f"sch_{s.name}", s.name, s.fields(), digest(s.fields())) for s in d.schedules
-        },
-        notifications={
-            n.name: StoredObject(f"ne_{n.name}", n.name, n.fields(), digest(n.fields()))
-            for n in d.notifications
+        stored={
+            "schedule": {
+                s.name: StoredObject(f"sch_{s.name}", s.name, s.fields(), digest(s.fields()))
+                for s in d.schedules
+            },
+            "notification": {
+                n.name: StoredObject(f"ne_{n.name}", n.name, n.fields(), digest(n.fields()))
+                for n in d.notifications
+            },
         },
     )
 
@@ -106,7 +109,7 @@ def test_a_description_is_compared_and_an_edit_in_the_store_is_drift() -> None:
     assert [(c.action, c.fields) for c in plan.changes] == [("update", ("description",))]
     row = state.notifications["ops"]
     drifted = StoredObject(row.uid, row.name, row.fields | {"enabled": False}, row.spec_digest)
-    plan = diff(d, replace(state, notifications={"ops": drifted}))
+    plan = diff(d, replace(state, stored=state.stored | {"notification": {"ops": drifted}}))
     assert [(c.action, c.fields) for c in plan.changes] == [("update", ("enabled",))]
 
 

@@ -43,15 +43,16 @@ def stored(spec: WebhookSpec | AutomationSpec, uid: str, version: int | None = 1
 def state_for(d: FactoryDefinition, *, secrets=None, **over) -> StoreState:
     fields = d.factory.fields()
     fields.pop("name")
-    base = dict(
+    objects = {
+        "webhooks": {w.name: stored(w, f"wh_{w.name}") for w in d.webhooks},
+        "automations": {a.name: stored(a, f"au_{a.name}", None) for a in d.automations},
+    } | over
+    return StoreState(
         factory=StoredObject("fa_1", "acme", fields),
         managed_by="definitions",
-        webhooks={w.name: stored(w, f"wh_{w.name}") for w in d.webhooks},
-        automations={a.name: stored(a, f"au_{a.name}", None) for a in d.automations},
+        stored={folder.removesuffix("s"): objs for folder, objs in objects.items()},
         secret_versions=secrets or {"s1": 1},
     )
-    base.update(over)
-    return StoreState(**base)
 
 
 def test_first_plan_creates_everything_with_uids_assigned_on_apply() -> None:

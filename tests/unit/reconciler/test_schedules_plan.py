@@ -37,12 +37,15 @@ def applied(d: FactoryDefinition) -> StoreState:
     return StoreState(
         factory=StoredObject("fa_1", "acme", factory),
         managed_by="definitions",
-        automations={
-            a.name: StoredObject(f"au_{a.name}", a.name, a.fields({}), digest(a.fields({})))
-            for a in d.automations
-        },
-        schedules={
-            s.name: StoredObject(f"sch_{s.name}", s.name, s.fields(), digest(s.fields())) for s in d.schedules
+        stored={
+            "automation": {
+                a.name: StoredObject(f"au_{a.name}", a.name, a.fields({}), digest(a.fields({})))
+                for a in d.automations
+            },
+            "schedule": {
+                s.name: StoredObject(f"sch_{s.name}", s.name, s.fields(), digest(s.fields()))
+                for s in d.schedules
+            },
         },
     )
 
@@ -92,7 +95,7 @@ def test_an_edit_made_in_the_store_is_drift() -> None:
     state = applied(d)
     row = state.schedules["nightly"]
     drifted = StoredObject(row.uid, row.name, row.fields | {"enabled": False}, row.spec_digest)
-    plan = diff(d, replace(state, schedules={"nightly": drifted}))
+    plan = diff(d, replace(state, stored=state.stored | {"schedule": {"nightly": drifted}}))
     assert [(c.action, c.fields) for c in plan.changes] == [("update", ("enabled",))]
 
 
