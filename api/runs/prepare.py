@@ -137,16 +137,6 @@ def expand_servers(config: Mapping[str, Any], environment: Environment | None) -
     return mcp.expand(config.get("mcp_servers"), name, spec)
 
 
-async def run_mcp_servers(session: AsyncSession, team_id: str, config: Mapping[str, Any]) -> dict[str, Any]:
-    """What a claim hands the worker as ``mcp_servers``: :func:`expand_servers` with the run's environment
-    read now, a server that cannot be expanded as ``{"error": ...}`` (the claim fails the run)."""
-    env_id = config.get("environment_id")
-    environment = (
-        await find_environment(session, team_id, env_id) if isinstance(env_id, str) and env_id else None
-    )
-    return expand_servers(config, environment).servers
-
-
 def public_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """The config as the API shows it: private keys (resolved skill body) removed."""
     return {k: v for k, v in (config or {}).items() if not k.startswith("_")}
