@@ -53,6 +53,11 @@ class CacheLimits:
     clone_max_bytes: int = 64 * 1024 * 1024
     failure_seconds: float = 60.0
 
+    @property
+    def repository_bytes(self) -> int:
+        """What one cached repository may hold: its own cap, never more than the whole cache."""
+        return min(self.clone_max_bytes, self.max_bytes)
+
 
 class CloneCache:
     """Cached sparse clones of remote skill repositories, keyed by the hash of their URL."""
@@ -130,7 +135,7 @@ class CloneCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=".clone-", dir=self.directory))
         target = scratch / "repo"
-        cap = min(self.limits.clone_max_bytes, self.limits.max_bytes)
+        cap = self.limits.repository_bytes
         try:
             safegit.clone(
                 url,
@@ -154,7 +159,7 @@ class CloneCache:
 
     def _refresh(self, dest: Path, url: str, key: str, digest: str) -> None:
         """Fetch the remote's HEAD again into the checkout; a repository that grew past the cap is dropped."""
-        cap = min(self.limits.clone_max_bytes, self.limits.max_bytes)
+        cap = self.limits.repository_bytes
         try:
             self._git(["fetch", "--quiet", "--no-tags", "--depth", "1", "origin"], dest, cap)
             self._git(["reset", "--quiet", "--hard", "FETCH_HEAD", "--"], dest, cap)
