@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from reconciler.registry import APPLY_ORDER, BY_NAME, FACTORY, KINDS
+from reconciler.registry import APPLY_ORDER, BY_NAME, FACTORY
 from reconciler.specs import KNOWN_AFTER_APPLY, AutomationSpec, FactoryDefinition, digest
 
 Action = Literal["create", "update", "delete", "replace"]
@@ -29,7 +29,6 @@ Action = Literal["create", "update", "delete", "replace"]
 KIND_ORDER: tuple[str, ...] = tuple(kind.name for kind in (FACTORY, *APPLY_ORDER))
 UID_PREFIX: dict[str, str] = {name: kind.prefix for name, kind in BY_NAME.items()}
 SECRET_FIELDS = frozenset({"secret_name", "secret_version"})
-_FOLDERS = {kind.folder: kind.name for kind in KINDS}
 
 
 @dataclass(frozen=True)
@@ -47,8 +46,7 @@ class StoredObject:
 class StoreState:
     """What the store holds for one factory, plus the team facts a plan needs.
 
-    ``stored`` has each kind's live objects by name, keyed by kind (:mod:`reconciler.registry`); they
-    may also be read by the kind's folder: ``state.webhooks``.
+    ``stored`` has each kind's live objects by name, keyed by kind (:mod:`reconciler.registry`).
     """
 
     factory: StoredObject | None = None
@@ -61,12 +59,6 @@ class StoreState:
         if kind == FACTORY.name:
             return {self.factory.name: self.factory} if self.factory else {}
         return self.stored.get(kind, {})
-
-    def __getattr__(self, folder: str) -> Mapping[str, StoredObject]:
-        """A kind's objects by its folder: ``state.webhooks``."""
-        if folder in _FOLDERS:
-            return self.objects(_FOLDERS[folder])
-        raise AttributeError(folder)
 
 
 @dataclass(frozen=True)

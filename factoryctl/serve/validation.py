@@ -80,8 +80,9 @@ async def online_diagnostics(
             )
         )
     names = {w.name for w in definition.webhooks}
-    surviving = {obj.uid: name for name, obj in state.webhooks.items() if name in names}
-    out += rules.check(definition, {name: obj.uid for name, obj in state.webhooks.items()})
+    stored = state.objects("webhook")
+    surviving = {obj.uid: name for name, obj in stored.items() if name in names}
+    out += rules.check(definition, {name: obj.uid for name, obj in stored.items()})
     out += await online.check(session, box, team_id, definition, surviving)
     for env in definition.environments:
         owner = state.taken_environments.get(env.name)

@@ -107,7 +107,7 @@ def test_a_description_is_compared_and_an_edit_in_the_store_is_drift() -> None:
     state = applied(d)
     plan = diff(definition(notification("ops", description="v2")), state)
     assert [(c.action, c.fields) for c in plan.changes] == [("update", ("description",))]
-    row = state.notifications["ops"]
+    row = state.objects("notification")["ops"]
     drifted = StoredObject(row.uid, row.name, row.fields | {"enabled": False}, row.spec_digest)
     plan = diff(d, replace(state, stored=state.stored | {"notification": {"ops": drifted}}))
     assert [(c.action, c.fields) for c in plan.changes] == [("update", ("enabled",))]

@@ -146,7 +146,7 @@ def test_drift_in_the_store_is_detected_even_with_the_same_digest() -> None:
     d = definition(hook("a"))
     st = state_for(d)
     drifted = StoredObject(
-        "wh_a", "a", d.webhooks[0].fields() | {"enabled": False}, st.webhooks["a"].spec_digest, 1
+        "wh_a", "a", d.webhooks[0].fields() | {"enabled": False}, st.objects("webhook")["a"].spec_digest, 1
     )
     plan = diff(d, state_for(d, webhooks={"a": drifted}))
     assert [c.fields for c in plan.changes] == [("enabled",)]
@@ -243,7 +243,7 @@ def test_renaming_a_named_webhook_re_points_the_automation() -> None:
     ]
     # a webhook recreated under the same name (deleted over the API) re-points unchanged automations
     same = definition(hook("gh"), autos=(old,))
-    plan = diff(same, state_for(same, webhooks={}, automations=state.automations))
+    plan = diff(same, state_for(same, webhooks={}, automations=state.objects("automation")))
     assert [render_text(plan).splitlines()[i] for i in (0, 1)] == [
         "+ webhook gh (wh_... assigned on apply)",
         "~ automation triage: triggers; re-points to webhook gh (known after apply)",

@@ -93,7 +93,7 @@ def test_updates_list_the_changed_fields_in_order() -> None:
 def test_an_edit_made_in_the_store_is_drift() -> None:
     d = definition(schedule("nightly"))
     state = applied(d)
-    row = state.schedules["nightly"]
+    row = state.objects("schedule")["nightly"]
     drifted = StoredObject(row.uid, row.name, row.fields | {"enabled": False}, row.spec_digest)
     plan = diff(d, replace(state, stored=state.stored | {"schedule": {"nightly": drifted}}))
     assert [(c.action, c.fields) for c in plan.changes] == [("update", ("enabled",))]
