@@ -134,7 +134,14 @@ class Factory(Base):
     description: Mapped[str | None] = mapped_column(Text)
     worker_host: Mapped[str | None] = mapped_column(String(200))
     managed_by: Mapped[str] = mapped_column(String(20))  # definitions | api
+    # The agents runs see, by name: each one's resolved config (docs/definitions.md, "Inheritance"). Kept
+    # by the agent kind's store module from agents/<name>/agent.md; API-created factories hold the foreman.
     agents: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    alias: Mapped[str | None] = mapped_column(String(100))
+    repositories: Mapped[list[Any]] = mapped_column(default=list)  # [{owner, name}]
+    # The rest of factory.yaml as written: schemaVersion, credentialStrategy, secrets, mcpServers,
+    # cloudProviders, integrations, agentDefaults.
+    settings: Mapped[dict[str, Any]] = mapped_column(default=dict)
     source: Mapped[str | None] = mapped_column(String(1000))  # where definitions come from
     spec_digest: Mapped[str | None] = mapped_column(String(64))  # digest of factory.yaml spec
     last_applied_revision: Mapped[str | None] = mapped_column(String(100))
@@ -209,6 +216,28 @@ class Automation(Base):
     updated_at: Mapped[dt.datetime]
 
 
+class FactoryObject(Base):
+    """A definition object of the kinds that are stored as written: agents, skills, runners, scorers and
+    benchmark suites (docs/definitions.md). ``kind`` is the registry's kind name; ``spec`` holds the spec's
+    compared fields; the UID prefix follows the kind (``ag_``, ``sk_``, ``rn_``, ``sc_``, ``bm_``).
+
+    One table for all of them: each is read whole by name, none is queried by its contents.
+    """
+
+    __tablename__ = "factory_objects"
+    __table_args__ = (UniqueConstraint("factory_uid", "kind", "name"),)
+    uid: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"), index=True)
+    factory_uid: Mapped[str] = mapped_column(ForeignKey("factories.uid", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(20))
+    name: Mapped[str] = mapped_column(String(300))
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    definition_path: Mapped[str | None] = mapped_column(String(1000))
+    spec_digest: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+
+
 class AutomationWebhook(Base):
     """Routing index: which automations a delivery to a webhook must be matched against.
 
@@ -273,6 +302,9 @@ class Schedule(Base):
     last_fired_at: Mapped[dt.datetime | None]
     last_spawn_error: Mapped[str | None] = mapped_column(String(1000))
     managed_by: Mapped[str] = mapped_column(String(20))  # definitions | api
+    # Set on a schedule declared inline by an automation's schedule/cron_fired trigger: the automation's
+    # name; such rows are written with their automation, never by schedules/<name>.yaml.
+    inline_of: Mapped[str | None] = mapped_column(String(200))
     definition_path: Mapped[str | None] = mapped_column(String(1000))
     spec_digest: Mapped[str | None] = mapped_column(String(64))
     creator_uid: Mapped[str | None] = mapped_column(String(100))
