@@ -296,3 +296,70 @@ def _on_day(
         if f is not None
     ]
     return (min if forward else max)(found, default=None)
+
+
+# --- Inline schedule triggers (schedule/cron_fired ``schedule.cron``) --------------------------------
+
+_EVERY = re.compile(r"(?:(\d{1,6})h)?(?:(\d{1,6})m)?(?:(\d{1,6})s)?")
+# Intervals a clock-aligned expression repeats exactly: divisors of an hour, then divisors of a day.
+_EVERY_MINUTES = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60, 120, 180, 240, 360, 480, 720, 1440)
+_EVERY_HINT = ", ".join(f"{m}m" if m < 60 else f"{m // 60}h" for m in _EVERY_MINUTES)
+
+
+def expression_for_trigger(text: str) -> str:
+    """The five-field expression an inline ``schedule.cron`` means, always read in UTC.
+
+    Besides five fields, a trigger may use a descriptor: ``@hourly``, ``@daily``/``@midnight``,
+    ``@weekly``, ``@monthly``, ``@yearly``/``@annually``, or ``@every <duration>`` (Go duration units
+    ``h``, ``m``, ``s``, e.g. ``15m``, ``2h``). ``@every`` becomes a clock-aligned expression
+    (``@every 15m`` fires at :00, :15, :30, :45, not 15 minutes after the schedule was created), so only
+    intervals that divide an hour or a day are accepted: a five-field expression cannot repeat every 7
+    minutes or every 5 hours. ``CRON_TZ=``/``TZ=`` prefixes and the six-field form with seconds are
+    refused. ``schedules/*.yaml`` still takes five fields only (:func:`parse`).
+    """
+    stripped = text.strip()
+    upper = stripped.upper()
+    if upper.startswith(("CRON_TZ=", "TZ=")):
+        raise CronError(
+            f"'{stripped.split()[0][:40]}' is not supported: inline schedules always run in UTC; remove the "
+            "prefix, or use a schedules/<name>.yaml file with a timezone"
+        )
+    if stripped.startswith("@"):
+        return _descriptor(stripped)
+    fields = stripped.split()
+    if len(fields) == 6:
+        raise CronError(f"six fields in '{stripped[:80]}': seconds are not supported; {_FIVE}")
+    return " ".join(parse(stripped).expression.split())
+
+
+def _descriptor(text: str) -> str:
+    word, _, rest = text.partition(" ")
+    word = word.lower()
+    if word in _MACROS and not rest.strip():
+        return _MACROS[word]
+    if word != "@every":
+        known = ", ".join(sorted(_MACROS))
+        raise CronError(
+            f"unknown descriptor '{text[:40]}': use {known} or '@every <duration>', "
+            "or five fields (minute hour day-of-month month day-of-week)"
+        )
+    duration = rest.strip()
+    found = _EVERY.fullmatch(duration)
+    if not duration or found is None:
+        hint = "; days are written in hours (24h)" if duration.endswith("d") else ""
+        shown = f"@every {duration[:40]}".strip()
+        raise CronError(f"'{shown}' needs a duration such as 15m or 2h{hint}")
+    hours, minutes, seconds = (int(part or 0) for part in found.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total % 60 or total // 60 not in _EVERY_MINUTES:
+        raise CronError(
+            f"'@every {duration}' cannot be written as a five-field cron expression; "
+            f"intervals that work: {_EVERY_HINT}"
+        )
+    step = total // 60
+    if step < 60:
+        return "* * * * *" if step == 1 else f"*/{step} * * * *"
+    step //= 60
+    if step == 24:
+        return "0 0 * * *"
+    return "0 * * * *" if step == 1 else f"0 */{step} * * *"
