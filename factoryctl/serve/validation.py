@@ -1,4 +1,4 @@
-"""The validation behind ``POST /api/v1/factory-files/validate``: uploaded files -> the JSON report.
+"""The validation behind ``POST /api/v1/factory-files/validate``: uploaded files -> the answer.
 
 ``api`` may not import ``reconciler`` (docs/architecture.md), so the composition root builds the callable
 here and hands it to the app under :data:`api.management.validate.VALIDATOR`::
@@ -16,20 +16,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import tempfile
-from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.management.validate import OnlineScope, Validator
+from factoryctl.serve import factory_files
 from reconciler import loader, online, rules
 from reconciler.apply import MANAGED_BY, read_state
 from reconciler.diagnostics import Diagnostic
 from reconciler.loader import LoadResult
-from reconciler.report import FactoryReport, json_report
 from store.crypto import SecretBox
-
-Validator = Callable[[AsyncSession, str, dict[str, bytes]], Awaitable[dict[str, Any]]]
 
 
 def _write_tree(root: Path, files: dict[str, bytes]) -> None:
@@ -96,26 +94,27 @@ async def online_diagnostics(
 
 
 async def validate_files(
-    session: AsyncSession, box: SecretBox, team_id: str, files: dict[str, bytes]
+    box: SecretBox, files: dict[str, bytes], scope: OnlineScope | None
 ) -> dict[str, Any]:
-    """The ``factoryctl validate --format json`` report of ``files`` (path inside the factory -> bytes)."""
+    """The endpoint's answer for ``files`` (path inside the factory -> bytes); with ``scope`` (an
+    authenticated caller) the state-dependent checks run against that team's store too."""
     with tempfile.TemporaryDirectory(prefix="factory-validate-") as tmp:
         root = Path(tmp) / "factory"
         await asyncio.to_thread(_write_tree, root, files)
-        loaded = await asyncio.to_thread(loader.load, root)
-        extra = await online_diagnostics(session, box, team_id, loaded)
+        loaded = await asyncio.to_thread(loader.load, root, follow_symlinks=False)
+        if scope is not None:
+            extra = await online_diagnostics(scope.session, box, scope.team_id, loaded)
+        else:
+            extra = rules.check(loaded.definition) if loaded.definition else []
     shown = root.as_posix()
-    relative = LoadResult(
-        loaded.definition, [_relative(d, shown) for d in loaded.diagnostics], loaded.files, "."
-    )
-    report = FactoryReport.from_load(relative, [_relative(d, shown) for d in extra])
-    return json_report([report])
+    found = [_relative(d, shown) for d in (*loaded.diagnostics, *extra)]
+    return factory_files.answer(files, loaded, found, online=scope is not None)
 
 
 def make_validator(box: SecretBox) -> Validator:
     """The callable the app keeps under ``VALIDATOR``."""
 
-    async def validate(session: AsyncSession, team_id: str, files: dict[str, bytes]) -> dict[str, Any]:
-        return await validate_files(session, box, team_id, files)
+    async def validate(files: dict[str, bytes], scope: OnlineScope | None) -> dict[str, Any]:
+        return await validate_files(box, files, scope)
 
     return validate
