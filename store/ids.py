@@ -42,3 +42,4 @@ RUNNER = "rn"
 SCORER = "sc"
 BENCHMARK = "bm"
 MESSAGE = "msg"  # one notification message: its Standard Webhooks webhook-id
+GITHUB_CONNECTION = "gh"  # a team's GitHub App connection (docs/ingress.md, "GitHub App deliveries")

@@ -668,3 +668,19 @@ class ConsoleSession(Base):
     created_at: Mapped[dt.datetime]
     last_seen_at: Mapped[dt.datetime]
     expires_at: Mapped[dt.datetime]
+
+
+# --- integrations (docs/ingress.md, "GitHub App deliveries") --------------------------------------
+
+
+class GitHubConnection(Base):
+    """A team's GitHub App: deliveries to ``/webhooks/github/<uid>`` are verified with the current version
+    of the team secret ``secret_name`` (the App's webhook secret). At most one per team: the unique
+    constraint on ``team_id`` decides, never a check-then-insert. Its UID is what the delivery log and
+    runs record as ``webhook_uid``."""
+
+    __tablename__ = "github_connections"
+    uid: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"), unique=True)
+    secret_name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime]
