@@ -3,10 +3,10 @@
 :func:`collect_files` gathers what the definition loader reads from a factory directory —
 ``factory.yaml``, ``webhooks/*``, ``automations/*/automation.md`` (and stray files there, which the
 loader warns about), ``environments/*``, ``schedules/*``, ``notifications/*`` — skipping dot files, as
-the loader does. Each directory is sent to ``POST /api/v1/factory-files/validate`` and the answers are
-merged into one report of the ``factoryctl validate --format json`` shape, with paths rewritten from
-"relative to the uploaded factory" to the local paths the caller gave, so CI annotations point at the
-checkout.
+the loader does. Each directory is sent to ``POST /api/v1/factory-files/validate``; the answers (the
+product's shape, read back by :func:`as_report`) are merged into one report of the ``factoryctl validate
+--format json`` shape, with paths rewritten from "relative to the uploaded factory" to the local paths the
+caller gave, so CI annotations point at the checkout.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from factoryctl.client.models import FactoryFilesValidation
 from factoryctl.client.sync_client import FactoryClient
 
 # The registry's <folder>/<name>.yaml kinds: the client may not import it, a test compares the two
@@ -86,6 +87,33 @@ def merge(reports: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
+def as_report(answer: FactoryFilesValidation) -> dict[str, Any]:
+    """The server's answer as one factory of the ``validate --format json`` report (paths still relative).
+
+    The rule ID, severity and hint are factoryctl's extensions of the answer; a diagnostic without a
+    position (``located`` false) gets line and column 0 back, so the text output matches a local run."""
+    errors = []
+    for d in answer.diagnostics:
+        located = d.located
+        errors.append(
+            {
+                "rule": d.rule or d.code,
+                "severity": d.severity,
+                "message": d.message,
+                "path": d.path,
+                "line": d.line if located else 0,
+                "column": d.column if located else 0,
+                "hint": d.hint,
+            }
+        )
+    factory = answer.factory
+    return {
+        "factories": [
+            {"path": ".", "name": factory.get("name"), "files": factory.get("files") or 0, "errors": errors}
+        ]
+    }
+
+
 def _not_a_factory(root: str) -> dict[str, Any]:
     problem = {
         "rule": "FC001",
@@ -115,5 +143,5 @@ def validate_remote(
             if not files:  # the server refuses an empty upload: answer as a local run would
                 answers.append((root, _not_a_factory(root)))
                 continue
-            answers.append((root, client.files.validate(files).raw))
+            answers.append((root, as_report(client.files.validate(files))))
     return merge(answers)

@@ -547,6 +547,46 @@ class ValidationReport(Model):
 
 
 @dataclass(frozen=True)
+class FactoryFileDiagnostic(Model):
+    """One problem in ``POST /factory-files/validate``'s answer; ``code`` is an ``FF_*`` code or a rule ID.
+
+    ``rule``, ``severity``, ``hint`` and ``located`` (False: ``line``/``column`` are the placeholder 1) are
+    factoryctl's extensions of the product's shape."""
+
+    code: str
+    path: str
+    message: str
+    line: int = 1
+    column: int = 1
+    rule: str | None = None
+    severity: str = "error"
+    hint: str | None = None
+    located: bool = True
+
+
+@dataclass(frozen=True)
+class DeferredResolution(Model):
+    """A reference the offline checks leave to the server's state (a secret, an environment ID...)."""
+
+    path: str
+    field: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class FactoryFilesValidation(Model):
+    """The answer of ``POST /factory-files/validate`` (docs/api.md, "Factory files")."""
+
+    valid: bool
+    schema_version: str = "v1alpha1"
+    diagnostics: list[FactoryFileDiagnostic] = field(default_factory=list)
+    deferred_resolutions: list[DeferredResolution] = field(default_factory=list)
+    state_dependent_checks_not_run: list[str] = field(default_factory=list)
+    validation_scope: dict[str, str] = field(default_factory=dict)
+    factory: dict[str, Any] = field(default_factory=dict)  # factoryctl extension: {name, files}
+
+
+@dataclass(frozen=True)
 class PendingFollowup(Model):
     followup_id: str
     message: str = ""

@@ -34,6 +34,7 @@ from factoryctl.client.models import (
     Attachment,
     Factory,
     FactoryDetail,
+    FactoryFilesValidation,
     FactoryRun,
     Followup,
     LogPage,
@@ -41,7 +42,6 @@ from factoryctl.client.models import (
     Run,
     RunCreated,
     Secret,
-    ValidationReport,
 )
 from factoryctl.client.notification_resources import Notifications
 from factoryctl.client.webhook_resources import Automations, Deliveries, Webhooks
@@ -256,17 +256,21 @@ class Secrets(Resource[Mode]):
     delete = endpoint(delete_secret)
 
 
-def validate_files(files: Mapping[str, bytes | str]) -> RequestSpec[ValidationReport]:
-    """Validate one factory's files (path inside the factory -> content) with the server's online checks."""
-    parts = [
-        (
-            name,
-            (name.rsplit("/", 1)[-1], data.encode("utf-8") if isinstance(data, str) else data, "text/plain"),
-        )
+def validate_files(files: Mapping[str, bytes | str]) -> RequestSpec[FactoryFilesValidation]:
+    """Validate one factory's files (path inside the factory -> content); a key adds the online checks.
+
+    Content goes as UTF-8 text (the product's ``{"files": [{path, content}]}``); bytes that are not UTF-8
+    are sent with replacement characters."""
+    listed = [
+        {"path": name, "content": data if isinstance(data, str) else data.decode("utf-8", "replace")}
         for name, data in files.items()
     ]
     return RequestSpec(
-        "POST", f"{V1}/factory-files/validate", parse_model(ValidationReport), files=parts, idempotent=True
+        "POST",
+        f"{V1}/factory-files/validate",
+        parse_model(FactoryFilesValidation),
+        json={"files": listed},
+        idempotent=True,
     )
 
 

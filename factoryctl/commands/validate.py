@@ -83,12 +83,12 @@ def _remote(ctx: CliContext, args: argparse.Namespace) -> int:
 
 def _validate_remote(client: FactoryClient, paths: Sequence[str]) -> dict[str, Any]:
     """:func:`factoryctl.client.files.validate_remote` on the CLI's client (its headers and timeout)."""
-    from factoryctl.client.files import _not_a_factory, collect_files, merge
+    from factoryctl.client.files import _not_a_factory, as_report, collect_files, merge
 
     answers = []
     for root in paths:
         files = collect_files(Path(root))
-        answers.append((root, client.files.validate(files).raw if files else _not_a_factory(root)))
+        answers.append((root, as_report(client.files.validate(files)) if files else _not_a_factory(root)))
     return merge(answers)
 
 

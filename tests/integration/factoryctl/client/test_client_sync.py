@@ -300,4 +300,5 @@ def test_validate_remote(live: LiveServer, tmp_path: Path) -> None:
 
     with FactoryClient(live.url, live.member_key) as client:
         typed = client.files.validate({"factory.yaml": b"name: inline\n"})
-    assert typed.valid and typed.factories[0].name == "inline"
+    assert typed.valid and typed.factory["name"] == "inline" and typed.schema_version == "v1alpha1"
+    assert typed.validation_scope["state_dependent"] == "checked"  # a key: the online tier ran
