@@ -90,8 +90,8 @@ def test_every_fact_is_a_filter_key_of_its_event_and_unprovable_keys_stay_absent
                 assert set(event.facts) <= set(keys), (header, event)
                 assert not set(event.facts) & UNPROVABLE.get(event.event, frozenset()), event
                 assert event.facts["repos"] == (event.repo,)
-    for event, keys in UNPROVABLE.items():
-        assert keys <= set(CATALOGUE["github"][event])
+    for name, unprovable in UNPROVABLE.items():
+        assert unprovable <= set(CATALOGUE["github"][name])
     unmapped = set(CATALOGUE["github"]) - produced
     # The examples hold no merged pull request and no comment that mentions anyone: see the tests below.
     assert unmapped == {"pull_request_merged", "issue_mentioned", "pull_request_mentioned"}
