@@ -30,6 +30,7 @@ class Command(NamedTuple):
 # In `--help` order. A module that registers several commands lists them next to each other.
 COMMANDS: dict[str, Command] = {
     "validate": Command("validate", "validate factory directories (exit 0 valid, 1 invalid)"),
+    "migrate": Command("migrate", "rewrite a factory directory from the legacy format to v1alpha1"),
     "plan": Command("plan_apply", "show what apply would change (nothing is written)"),
     "apply": Command("plan_apply", "apply a factory directory to the store, atomically"),
     "secrets": Command("secrets", "create, update, list and delete team secrets"),
