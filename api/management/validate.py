@@ -20,6 +20,7 @@ nothing is written outside a temporary directory the validator owns, and no syml
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -154,10 +155,24 @@ def _listed(entries: list[Any]) -> dict[str, bytes]:
             errors.append(field_error(f"files[{i}].content", "must be the file's UTF-8 content as a string"))
         elif (path := _clean(entry["path"])) in files:
             errors.append(field_error(f"files[{i}].path", f"{path!r} is given twice"))
+        elif (data := _content(entry)) is None:
+            errors.append(field_error(f"files[{i}].content", "is not valid base64"))
         else:
-            files[path] = entry["content"].encode("utf-8", "surrogatepass")
+            files[path] = data
     fail_on(errors)
     return files
+
+
+def _content(entry: dict[str, Any]) -> bytes | None:
+    """An entry's bytes. ``"encoding": "base64"`` is a factoryctl extension: a file that is not UTF-8 is
+    sent as it is, so the loader reports it exactly as a local run does; None when it does not decode."""
+    text: str = entry["content"]
+    if entry.get("encoding") != "base64":
+        return text.encode("utf-8", "surrogatepass")
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        return None
 
 
 async def _json_files(request: web.Request) -> dict[str, bytes]:

@@ -10,6 +10,7 @@ SDK's ``/agent`` listings in :mod:`factoryctl.client.agent_resources`, the worke
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic
 
@@ -256,20 +257,25 @@ class Secrets(Resource[Mode]):
     delete = endpoint(delete_secret)
 
 
-def validate_files(files: Mapping[str, bytes | str]) -> RequestSpec[FactoryFilesValidation]:
-    """Validate one factory's files (path inside the factory -> content); a key adds the online checks.
+def _file_entry(name: str, data: bytes | str) -> dict[str, str]:
+    """One ``{path, content}``; bytes that are not UTF-8 go as base64 (``"encoding": "base64"``, a
+    factoryctl extension) so the server reports them as a local run does."""
+    if isinstance(data, str):
+        return {"path": name, "content": data}
+    try:
+        return {"path": name, "content": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"path": name, "content": base64.b64encode(data).decode("ascii"), "encoding": "base64"}
 
-    Content goes as UTF-8 text (the product's ``{"files": [{path, content}]}``); bytes that are not UTF-8
-    are sent with replacement characters."""
-    listed = [
-        {"path": name, "content": data if isinstance(data, str) else data.decode("utf-8", "replace")}
-        for name, data in files.items()
-    ]
+
+def validate_files(files: Mapping[str, bytes | str]) -> RequestSpec[FactoryFilesValidation]:
+    """Validate one factory's files (path inside the factory -> content) in the product's
+    ``{"files": [{path, content}]}``; a key adds the server's online checks."""
     return RequestSpec(
         "POST",
         f"{V1}/factory-files/validate",
         parse_model(FactoryFilesValidation),
-        json={"files": listed},
+        json={"files": [_file_entry(name, data) for name, data in files.items()]},
         idempotent=True,
     )
 

@@ -27,6 +27,7 @@ from reconciler import loader, online, rules
 from reconciler.apply import MANAGED_BY, read_state
 from reconciler.diagnostics import Diagnostic
 from reconciler.loader import LoadResult
+from reconciler.report import FactoryReport
 from store.crypto import SecretBox
 
 
@@ -107,7 +108,8 @@ async def validate_files(
         else:
             extra = rules.check(loaded.definition) if loaded.definition else []
     shown = root.as_posix()
-    found = [_relative(d, shown) for d in (*loaded.diagnostics, *extra)]
+    ordered = FactoryReport.from_load(loaded, extra).diagnostics  # in a local run's order
+    found = [_relative(d, shown) for d in ordered]
     return factory_files.answer(files, loaded, found, online=scope is not None)
 
 
