@@ -27,9 +27,9 @@ from sqlalchemy import Connection, Table, insert, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.ingress import lookup
+from api.ingress import github_routing, lookup
 from api.ingress.direct import DirectSqlite
-from api.ingress.envelope import PAYLOAD_FILE, PAYLOAD_MIME, run_prompt
+from api.ingress.envelope import PAYLOAD_FILE, PAYLOAD_MIME, github_envelope, run_prompt, with_envelope
 from api.runs.config import automation_config
 from api.runs.new_run import Creator, NewAttachment, NewRun
 from api.runs.records import build_run_row, insert_runs
@@ -46,6 +46,8 @@ REJECTED_TOO_LARGE = "Rejected (too large)"
 STATUSES = (ACCEPTED, DUPLICATE, REJECTED_AUTH, REJECTED_JSON, REJECTED_TOO_LARGE)
 
 RUN_SOURCE = RunSource.CUSTOM_WEBHOOK
+# The detail of a GitHub App delivery's Accepted/Duplicate entry: the event, which a replay routes by.
+EVENT_DETAIL = "GitHub event "
 _DETAIL_MAX = 500
 _DELIVERIES: Table = Delivery.__table__  # type: ignore[assignment]
 _INSERT_DELIVERIES = insert(_DELIVERIES)
@@ -55,10 +57,11 @@ _INSERT_DELIVERIES = insert(_DELIVERIES)
 class Pending:
     """An authenticated, parsed delivery waiting for the accept transaction."""
 
-    webhook: lookup.WebhookRow
+    webhook: lookup.WebhookRow  # for a GitHub App delivery: its connection (github_routing.connection_row)
     delivery_id: str
     raw: bytes
     payload: object
+    event: str | None = None  # the GitHub event name (X-GitHub-Event); None for a webhook delivery
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +119,7 @@ def accept_in(
             "delivery_id": p.delivery_id,
             "size": len(p.raw),
             "received_at": now,
-            "detail": None,
+            "detail": None if p.event is None else EVENT_DETAIL + p.event,
         }
         for p in batch
     ]
@@ -140,7 +143,7 @@ def accept_in(
         )
     runs: dict[int, tuple[str, ...]] = {}
     if won:
-        matches = lookup.match_routes_in(conn, [(batch[i].webhook, batch[i].payload) for i in won], filters)
+        matches = route_in(conn, [batch[i] for i in won], filters)
         wanted = {i: m for i, m in zip(won, matches, strict=True) if m}
         if wanted:
             runs = start_runs(conn, now, batch, wanted)
@@ -149,6 +152,27 @@ def accept_in(
         Committed(p.delivery_id, duplicate=i in duplicates, run_ids=runs.get(i, ()))
         for i, p in enumerate(batch)
     ]
+
+
+def route_in(conn: Connection, batch: Sequence[Pending], filters: lookup.FilterCache) -> list[list[str]]:
+    """For each delivery, the UIDs of the automations it starts runs for: a webhook's routing rows
+    (:func:`api.ingress.lookup.match_routes_in`) or, for a GitHub App delivery, the team's automations
+    with a matching ``github`` trigger (:func:`api.ingress.github_routing.match_in`). The accept
+    transaction and a replay both route through here."""
+    hooks = [i for i, p in enumerate(batch) if p.event is None]
+    github = [i for i, p in enumerate(batch) if p.event is not None]
+    routed: list[list[str]] = [[] for _ in batch]
+    if hooks:
+        found = lookup.match_routes_in(conn, [(batch[i].webhook, batch[i].payload) for i in hooks], filters)
+        for i, uids in zip(hooks, found, strict=True):
+            routed[i] = uids
+    if github:
+        found = github_routing.match_in(
+            conn, [(batch[i].webhook.team_id, batch[i].event or "", batch[i].payload) for i in github]
+        )
+        for i, uids in zip(github, found, strict=True):
+            routed[i] = uids
+    return routed
 
 
 def start_runs(
@@ -170,7 +194,7 @@ def start_runs(
     rows: list[tuple[dict[str, Any], Sequence[NewAttachment]]] = []
     for index, uids in wanted.items():
         p = batch[index]
-        creator = Creator.for_definition("webhook", p.webhook.uid, p.webhook.name)
+        creator, metadata = _origin(p)
         attachment = (NewAttachment(file_name=PAYLOAD_FILE, mime_type=PAYLOAD_MIME, data=p.raw),)
         run_ids = []
         for uid in uids:
@@ -182,16 +206,12 @@ def start_runs(
             )
             new = NewRun(
                 team_id=p.webhook.team_id,
-                prompt=run_prompt(
-                    automation.prompt,
-                    webhook_name=p.webhook.name,
-                    webhook_uid=p.webhook.uid,
-                    delivery_id=p.delivery_id,
-                ),
+                prompt=_prompt(p, automation.prompt),
                 title=automation.title or automation.name,  # never taken from the payload
                 agent_config=config,
                 source=RUN_SOURCE,
                 creator=creator,
+                metadata=metadata,
                 attachments=attachment,
                 factory_uid=automation.factory_uid,
                 automation_id=automation.uid,
@@ -204,6 +224,24 @@ def start_runs(
         started[index] = tuple(run_ids)
     insert_runs(conn, rows)
     return started
+
+
+def _origin(p: Pending) -> tuple[Creator, dict[str, str] | None]:
+    """Who started a delivery's runs, and the run metadata naming a GitHub event and delivery."""
+    if p.event is None:
+        return Creator.for_definition("webhook", p.webhook.uid, p.webhook.name), None
+    creator = Creator("service_account", p.webhook.uid, p.webhook.name)
+    return creator, {"github_event": p.event, "github_delivery": p.delivery_id}
+
+
+def _prompt(p: Pending, automation_prompt: str) -> str:
+    if p.event is None:
+        hook = p.webhook
+        return run_prompt(
+            automation_prompt, webhook_name=hook.name, webhook_uid=hook.uid, delivery_id=p.delivery_id
+        )
+    text = github_envelope(event=p.event, connection_uid=p.webhook.uid, delivery_id=p.delivery_id)
+    return with_envelope(automation_prompt, text)
 
 
 async def record(

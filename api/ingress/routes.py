@@ -30,17 +30,17 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 
-from aiohttp import StreamReader, web
+from aiohttp import web
 from prometheus_client import Counter as MetricCounter
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from api import AuthenticationRequired, BadRequest, PayloadTooLarge, RateLimited, ResourceNotFound
-from api.context import BOX, CLOCK, ENGINE, REGISTRY, SESSIONS, SETTINGS, ServerSettings
+from api import AuthenticationRequired, BadRequest, PayloadTooLarge, ResourceNotFound
+from api.context import BOX, CLOCK, ENGINE, REGISTRY, SESSIONS, SETTINGS
 from api.http.jsonlimits import InvalidJson, loads_limited
-from api.ingress import pipeline
+from api.ingress import github, pipeline
 from api.ingress.direct import DirectSqlite
+from api.ingress.gate import INGRESS, Failures, Ingress, TooLarge, rate_limited, read_capped, secret_of
 from api.ingress.identity import (
     FACTORY_DELIVERY_ID_HEADER,
     delivery_identity,
@@ -51,43 +51,13 @@ from api.ingress.lookup import FilterCache, SecretCache, WebhookRow
 from api.ingress.signatures import Verification, bearer_token, token_matches, verify
 from api.ingress.webhook_cache import WebhookCache, find_live_webhook
 from api.ratelimit.counters import counter_for
-from api.ratelimit.policy import Decision, Limiter
 from api.runs.event_hub import runs_queued
-from store.clock import Clock
 from store.db import session_factory
 
 TOKEN, URL_TOKEN, SIGNATURE = "token", "url_token", "signature"
-_CHUNK = 64 * 1024
 _NOT_FOUND = "no webhook accepts deliveries at this URL"
 # Accept transactions in flight at once on PostgreSQL (each holds one pooled connection while it commits).
 _PG_COMMITTERS = 4
-
-
-@dataclass
-class Ingress:
-    """Everything the ingress handler uses, built once per app (no module globals)."""
-
-    readers: async_sessionmaker[AsyncSession]  # lookups; autocommit on PostgreSQL (no BEGIN/COMMIT trips)
-    clock: Clock
-    settings: ServerSettings
-    counter: Limiter  # api.ratelimit.counters.counter_for: leases on PostgreSQL, memory on SQLite
-    secrets: SecretCache
-    filters: FilterCache
-    webhooks: WebhookCache  # live webhooks and unknown UIDs, valid under one ingress_generation value
-    writer: pipeline.Writer
-    outcomes: MetricCounter
-    direct: DirectSqlite | None = None  # file-backed SQLite: synchronous hot-path access
-
-    def count(self, outcome: str) -> None:
-        self.outcomes.labels(outcome).inc()
-
-
-INGRESS = web.AppKey("ingress", Ingress)
-
-
-class _TooLarge(Exception):
-    def __init__(self, received: int) -> None:
-        self.received = received
 
 
 async def receive(request: web.Request) -> web.Response:
@@ -100,12 +70,12 @@ async def receive(request: web.Request) -> web.Response:
     # (1) The live webhook (cached while ingress_generation is unchanged) and its captured secret (cached
     # by immutable version).
     webhook = await _find_webhook(ingress, uid)
-    secret = await _secret(ingress, webhook)
+    secret = await secret_of(ingress, webhook)
     if webhook is None or (token is not None and webhook.auth_mode != URL_TOKEN):
         ingress.count("not_found")
         raise ResourceNotFound(_NOT_FOUND)
     now = ingress.clock.now()
-    failed = _Failures(ingress, webhook, now.timestamp())
+    failed = Failures(ingress, webhook, now.timestamp())
     # (2) Failed-request budget.
     budget = await ingress.counter.check(failed.key, settings.auth_failure_limit, failed.epoch)
     if not budget.allowed:
@@ -129,8 +99,8 @@ async def receive(request: web.Request) -> web.Response:
         raise _unauthenticated(webhook)
     # (5) The body, capped while streaming.
     try:
-        raw = await _read_capped(request.content, settings.max_body_bytes)
-    except _TooLarge as exc:
+        raw = await read_capped(request.content, settings.max_body_bytes)
+    except TooLarge as exc:
         await failed.record(
             _header_identity(request, webhook),
             pipeline.REJECTED_TOO_LARGE,
@@ -157,7 +127,7 @@ async def receive(request: web.Request) -> web.Response:
     rate = await ingress.counter.consume(f"wh-rate:{webhook.uid}", settings.delivery_rate_limit, failed.epoch)
     if not rate.allowed:
         ingress.count("rate_limited")
-        raise _rate_limited(f"more than {settings.delivery_rate_limit} deliveries per minute", rate)
+        raise rate_limited(f"more than {settings.delivery_rate_limit} deliveries per minute", rate)
     # (8) JSON, within the depth and number limits of every request body; (9) identity.
     if webhook.auth_mode == SIGNATURE:  # from signed material only: a replay cannot pick a new identity
         delivery_id = signed_delivery_identity(raw, signed_id=signed_id)
@@ -176,37 +146,6 @@ async def receive(request: web.Request) -> web.Response:
     return web.json_response({"delivery_id": committed.delivery_id}, status=202)
 
 
-@dataclass
-class _Failures:
-    """A rejected request of one webhook: counted against its failed-request budget, then logged.
-
-    The budget is taken with :meth:`~api.ratelimit.policy.Limiter.consume` (count, then decide; on
-    PostgreSQL only tokens leased from the shared budget are spent), so however many rejected requests
-    race on however many replicas, at most ``--auth-failure-limit`` per window reach the delivery log; a
-    request over the budget is answered 429 and not logged (docs/ingress.md, "Limits").
-    """
-
-    ingress: Ingress
-    webhook: WebhookRow
-    epoch: float
-
-    @property
-    def key(self) -> str:
-        return f"wh-auth:{self.webhook.uid}"
-
-    def budget_spent(self, decision: Decision) -> RateLimited:
-        self.ingress.count("auth_budget_exhausted")
-        return _rate_limited("too many failed requests for this webhook", decision)
-
-    async def record(self, delivery_id: str, status: str, size: int, detail: str) -> None:
-        """Count the failure; log it if the budget allowed it, else raise the 429 instead."""
-        limit = self.ingress.settings.auth_failure_limit
-        decision = await self.ingress.counter.consume(self.key, limit, self.epoch)
-        if not decision.allowed:
-            raise self.budget_spent(decision)
-        await _log(self.ingress, self.webhook, delivery_id, status, size, detail)
-
-
 def _verify(
     webhook: WebhookRow, secret: str | None, request: web.Request, raw: bytes, now: dt.datetime
 ) -> Verification:
@@ -218,16 +157,6 @@ def _verify(
 async def _find_webhook(ingress: Ingress, uid: str) -> WebhookRow | None:
     # On file-backed SQLite the generation (and, on a cache miss, the row) is read on this thread.
     return await find_live_webhook(ingress.webhooks, ingress.readers, ingress.direct, uid)
-
-
-async def _secret(ingress: Ingress, webhook: WebhookRow | None) -> str | None:
-    if webhook is None:
-        return None
-    cached = ingress.secrets.cached(webhook)
-    if cached is not None:
-        return cached
-    async with ingress.readers() as reader, reader.begin():
-        return await ingress.secrets.get(reader, webhook)
 
 
 def _token_failure(
@@ -250,23 +179,6 @@ def _token_failure(
     return None if token_matches(secret, presented) else "credential does not match"
 
 
-async def _read_capped(content: StreamReader, limit: int) -> bytes:
-    """Read the whole body, giving up (``_TooLarge``) as soon as more than ``limit`` bytes arrived."""
-    chunks: list[bytes] = []
-    received = 0
-    while True:
-        try:
-            chunk = await content.read(min(_CHUNK, limit + 1 - received))
-        except ConnectionError:  # the sender went away mid-body: nothing to log, nobody to answer
-            raise BadRequest("connection closed before the body was complete") from None
-        if not chunk:
-            return b"".join(chunks)
-        received += len(chunk)
-        if received > limit:
-            raise _TooLarge(received)
-        chunks.append(chunk)
-
-
 def _header_identity(request: web.Request, webhook: WebhookRow) -> str:
     """The identity of a delivery whose body was not read: a sender header, else ``unknown``."""
     headers: Mapping[str, str] = request.headers
@@ -277,18 +189,6 @@ def _header_identity(request: web.Request, webhook: WebhookRow) -> str:
     return "unknown"
 
 
-async def _log(
-    ingress: Ingress,
-    webhook: WebhookRow,
-    delivery_id: str,
-    status: str,
-    size: int,
-    detail: str,
-) -> None:
-    ingress.count(status.lower().replace(" (", "_").replace(")", "").replace(" ", "_"))
-    await ingress.writer.record(webhook, delivery_id=delivery_id, status=status, size=size, detail=detail)
-
-
 def _unauthenticated(webhook: WebhookRow) -> AuthenticationRequired:
     if webhook.auth_mode == TOKEN:
         return AuthenticationRequired(
@@ -297,10 +197,6 @@ def _unauthenticated(webhook: WebhookRow) -> AuthenticationRequired:
     if webhook.auth_mode == URL_TOKEN:
         return AuthenticationRequired("missing or invalid URL token")
     return AuthenticationRequired("missing, invalid or expired signature")
-
-
-def _rate_limited(detail: str, decision: Decision) -> RateLimited:
-    return RateLimited(detail, headers={"Retry-After": str(decision.retry_after or 1)})
 
 
 async def _writer_lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -355,3 +251,4 @@ def setup(app: web.Application) -> None:
     app.cleanup_ctx.append(_writer_lifecycle)
     app.router.add_post("/webhooks/w/{uid}", receive)
     app.router.add_post("/webhooks/w/{uid}/{token}", receive)
+    github.setup(app)  # the GitHub App deliveries share this app's Ingress

@@ -72,7 +72,7 @@ async def _webhook(session: AsyncSession, team_id: str, factory_uid: str, wid: s
     return row
 
 
-async def _original(session: AsyncSession, team_id: str, wid: str, delivery_id: str) -> Entry:
+async def original_entry(session: AsyncSession, team_id: str, wid: str, delivery_id: str) -> Entry:
     """The Accepted entry with this identity; 404 when the log has none, 409 naming any other status."""
     base = select(*COLUMNS, Delivery.payload).where(
         Delivery.webhook_uid == wid, Delivery.team_id == team_id, Delivery.delivery_id == delivery_id
@@ -124,7 +124,7 @@ async def _check_automation(session: AsyncSession, hook: Webhook, automation_id:
         raise Conflict(f"automation {automation_id} is disabled: enable it before replaying into it")
 
 
-def _replay_in(
+def replay_in(
     conn: Connection,
     pending: pipeline.Pending,
     entry: Entry,
@@ -133,7 +133,7 @@ def _replay_in(
     now: dt.datetime,
 ) -> tuple[list[dict[str, str | None]], str]:
     """Match, start the runs and write the Replayed entry, in the caller's transaction."""
-    matched = lookup.match_routes_in(conn, [(pending.webhook, pending.payload)], lookup.FilterCache(64))[0]
+    matched = pipeline.route_in(conn, [pending], lookup.FilterCache(64))[0]
     matched = [uid for uid in matched if only is None or uid == only]
     if matched:
         pipeline.start_runs(conn, now, [pending], {0: matched})
@@ -183,7 +183,7 @@ async def replay(
     now = app[CLOCK].now()
     async with app[SESSIONS]() as session, session.begin():
         hook = await _webhook(session, who.team_id, uid, wid)
-        entry = await _original(session, who.team_id, wid, delivery_id)
+        entry = await original_entry(session, who.team_id, wid, delivery_id)
         if only is not None:
             await _check_automation(session, hook, only)
         webhook = lookup.WebhookRow(
@@ -201,7 +201,7 @@ async def replay(
         identity = replay_identity(entry.delivery_id, int(now.timestamp() * 1000))
         pending = pipeline.Pending(webhook, identity, entry.payload or b"", parse_payload(entry.payload))
         conn = await session.connection()
-        runs, detail = await conn.run_sync(_replay_in, pending, entry, who, only, now)
+        runs, detail = await conn.run_sync(replay_in, pending, entry, who, only, now)
     if runs:
         runs_queued(app)
     answer = {
