@@ -1,0 +1,312 @@
+"""GitHub App deliveries (docs/ingress.md, "GitHub App deliveries"): real payloads from
+``@octokit/webhooks-examples``, signed by ``@octokit/webhooks-methods`` ``sign()`` in a ``node`` process,
+posted to the real app (ingress and management routes) on SQLite and PostgreSQL.
+
+Automations with ``github`` triggers are written straight into the store (a factory with repositories,
+an automation with triggers JSON as an apply stores them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import builders
+import pytest
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from api.app import create_app
+from api.context import ServerSettings
+from api.runs.config import automation_config
+from store import ids
+from store.clock import ManualClock
+from store.crypto import SecretBox
+from store.models import Automation, Delivery, Factory, Run, RunAttachment
+
+ROOT = Path(__file__).resolve().parents[4]
+EXAMPLES = ROOT / "node_modules/@octokit/webhooks-examples/api.github.com/index.json"
+NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
+APP_SECRET = "gh-app-webhook-secret-1"
+PROMPT = "Triage the labeled issue and propose a fix."
+AGENTS = {"foreman": {}, "triager": {"model_id": "model-triage", "worker_host": "triage-host"}}
+# Signs stdin's body with the secret in argv[1], as GitHub does, with the library GitHub's SDK uses.
+_SIGN = (
+    "import { sign } from '@octokit/webhooks-methods';"
+    "let body = ''; process.stdin.setEncoding('utf8');"
+    "process.stdin.on('data', (c) => { body += c; });"
+    "process.stdin.on('end', async () => { process.stdout.write(await sign(process.argv[1], body)); });"
+)
+
+
+def example(event: str, action: str | None) -> dict[str, Any]:
+    for group in json.loads(EXAMPLES.read_text()):
+        if group["name"] == event:
+            for found in group["examples"]:
+                if action is None or found.get("action") == action:
+                    return dict(found)
+    raise AssertionError(f"no {event}/{action} example in @octokit/webhooks-examples")
+
+
+def node_sign(secret: str, body: bytes) -> str:
+    done = subprocess.run(
+        ["node", "--input-type=module", "-e", _SIGN, secret],
+        input=body,
+        capture_output=True,
+        cwd=ROOT,
+        check=True,
+        timeout=30,
+    )
+    return done.stdout.decode()
+
+
+@dataclass
+class GitHubApp:
+    client: TestClient[Any, Any]
+    sessions: async_sessionmaker[AsyncSession]
+    keys: builders.RoleKeys
+    factory_uid: str
+    uid: str = ""
+
+    def auth(self, key: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key or self.keys.admin}"}
+
+    async def connect(self, secret_name: str = "github-app") -> ClientResponse:
+        body = {"secret_name": secret_name}
+        return await self.client.post("/api/v1/integrations/github", json=body, headers=self.auth())
+
+    async def automation(self, name: str, triggers: list[dict[str, Any]], agent: str = "triager") -> str:
+        async with self.sessions() as s, s.begin():
+            row = Automation(
+                uid=ids.new_id(ids.AUTOMATION),
+                team_id=self.keys.team_id,
+                factory_uid=self.factory_uid,
+                name=name,
+                enabled=True,
+                agent=agent,
+                title=f"{name} title",
+                config={"model_id": "model-override"},
+                prompt=PROMPT,
+                triggers=triggers,
+                created_at=NOW,
+                updated_at=NOW,
+            )
+            s.add(row)
+        return row.uid
+
+    async def deliver(
+        self,
+        event: str,
+        payload: dict[str, Any],
+        *,
+        delivery: str | None = None,
+        secret: str = APP_SECRET,
+        signature: str | None = None,
+    ) -> ClientResponse:
+        body = json.dumps(payload).encode()
+        headers = {
+            "Content-Type": "application/json",
+            "X-GitHub-Event": event,
+            "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+            "X-Hub-Signature-256": signature or node_sign(secret, body),
+            "User-Agent": "GitHub-Hookshot/test",
+        }
+        return await self.client.post(f"/webhooks/github/{self.uid}", data=body, headers=headers)
+
+    async def log(self) -> list[Delivery]:
+        async with self.sessions() as s:
+            stmt = select(Delivery).where(Delivery.webhook_uid == self.uid).order_by(Delivery.seq)
+            return list((await s.execute(stmt)).scalars())
+
+    async def runs(self) -> list[Run]:
+        async with self.sessions() as s:
+            stmt = select(Run).where(Run.webhook_uid == self.uid).order_by(Run.created_at, Run.run_id)
+            return list((await s.execute(stmt)).scalars())
+
+
+def labeled_trigger(labels: list[str]) -> dict[str, Any]:
+    return {
+        "provider": "github",
+        "event": "issue_labeled",
+        "filter": {"labels": {"in": labels, "not_in": []}},
+    }
+
+
+@pytest.fixture
+async def gh(
+    aiohttp_client: Any,
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+    box: SecretBox,
+    tmp_path: Path,
+) -> GitHubApp:
+    clock = ManualClock(NOW)
+    async with sessions() as s, s.begin():
+        keys = await builders.role_keys(s, clock)
+        await builders.secret(s, box, clock, keys.team_id, "github-app", APP_SECRET)
+        factory = await builders.factory(s, clock, keys.team_id, "gh-factory", agents=AGENTS)
+        await s.execute(
+            update(Factory)
+            .where(Factory.uid == factory.uid)
+            .values(repositories=[{"owner": "codertocat", "name": "hello-world"}])
+        )
+    app = create_app(
+        ServerSettings(data_dir=tmp_path),
+        engine,
+        box,
+        clock=clock,
+        route_modules=("api.ops", "api.ingress.routes", "api.management.routes"),
+    )
+    found = GitHubApp(await aiohttp_client(app), sessions, keys, factory.uid)
+    resp = await found.connect()
+    assert resp.status == 201, await resp.text()
+    found.uid = (await resp.json())["uid"]
+    return found
+
+
+async def test_connection_is_one_per_team_and_shows_its_url(gh: GitHubApp) -> None:
+    assert gh.uid.startswith("gh_")
+    again = await gh.connect()
+    assert again.status == 409
+    assert again.content_type == "application/problem+json"
+    shown = await gh.client.get("/api/v1/integrations/github", headers=gh.auth(gh.keys.member))
+    body = await shown.json()
+    assert shown.status == 200
+    assert body["uid"] == gh.uid and body["secret_name"] == "github-app"
+    assert body["url"].endswith(f"/webhooks/github/{gh.uid}")
+    other = await gh.client.get("/api/v1/integrations/github", headers=gh.auth(gh.keys.other_admin))
+    assert other.status == 404
+    member_connect = await gh.client.post(
+        "/api/v1/integrations/github", json={"secret_name": "x"}, headers=gh.auth(gh.keys.member)
+    )
+    assert member_connect.status == 403
+
+
+async def test_issue_labeled_starts_the_matching_automation_as_its_agent(gh: GitHubApp) -> None:
+    automation = await gh.automation("triage-bugs", [labeled_trigger(["bug"])])
+    payload = example("issues", "labeled")
+    assert (
+        payload["label"]["name"] == "bug" and payload["repository"]["full_name"] == "Codertocat/Hello-World"
+    )
+    delivery = str(uuid.uuid4())
+
+    resp = await gh.deliver("issues", payload, delivery=delivery)
+
+    assert resp.status == 202, await resp.text()
+    assert await resp.json() == {"delivery_id": delivery}
+    (run,) = await gh.runs()
+    assert run.automation_id == automation and run.delivery_id == delivery
+    assert run.prompt.startswith(PROMPT)
+    assert "## GitHub delivery" in run.prompt and f'"{delivery}"' in run.prompt and '"issues"' in run.prompt
+    assert "untrusted data" in run.prompt and "Codertocat" not in run.prompt  # the payload stays out
+    expected = automation_config({"model_id": "model-override"}, "triager", AGENTS, None)
+    assert run.agent_config == expected and run.worker_host == "triage-host"
+    assert run.run_metadata == {"github_event": "issues", "github_delivery": delivery}
+    assert run.creator_uid == gh.uid and run.factory_uid == gh.factory_uid
+    async with gh.sessions() as s:
+        (attachment,) = (
+            await s.execute(select(RunAttachment).where(RunAttachment.run_id == run.run_id))
+        ).scalars()
+    assert json.loads(attachment.data) == payload
+    (entry,) = await gh.log()
+    assert (entry.status, entry.delivery_id, entry.detail) == ("Accepted", delivery, "GitHub event issues")
+
+    duplicate = await gh.deliver("issues", payload, delivery=delivery)
+
+    assert duplicate.status == 202 and await duplicate.json() == {"delivery_id": delivery}
+    assert [d.status for d in await gh.log()] == ["Accepted", "Duplicate"]
+    assert len(await gh.runs()) == 1
+
+
+async def test_several_matching_triggers_start_one_run(gh: GitHubApp) -> None:
+    await gh.automation("two-triggers", [labeled_trigger(["bug"]), labeled_trigger(["bug", "urgent"])])
+
+    resp = await gh.deliver("issues", example("issues", "labeled"))
+
+    assert resp.status == 202
+    assert len(await gh.runs()) == 1
+
+
+async def test_non_matching_label_and_foreign_repo_start_nothing_but_are_logged(gh: GitHubApp) -> None:
+    await gh.automation("enhancements", [labeled_trigger(["enhancement"])])
+    await gh.automation("bugs", [labeled_trigger(["bug"])])
+    foreign = example("issues", "labeled")
+    foreign["repository"] = dict(foreign["repository"], full_name="someone/else", name="else")
+    foreign["repository"]["owner"] = dict(foreign["repository"]["owner"], login="someone")
+    labeled_enhancement = example("issues", "labeled")
+    labeled_enhancement["label"] = dict(labeled_enhancement["label"], name="wontfix")
+
+    first = await gh.deliver("issues", labeled_enhancement)
+    second = await gh.deliver("issues", foreign)
+
+    assert (first.status, second.status) == (202, 202)
+    assert [d.status for d in await gh.log()] == ["Accepted", "Accepted"]
+    assert await gh.runs() == []
+
+
+async def test_ping_is_accepted_and_starts_nothing(gh: GitHubApp) -> None:
+    await gh.automation("bugs", [labeled_trigger(["bug"])])
+
+    resp = await gh.deliver("ping", example("ping", None))
+
+    assert resp.status == 202
+    assert [(d.status, d.detail) for d in await gh.log()] == [("Accepted", "GitHub event ping")]
+    assert await gh.runs() == []
+
+
+async def test_bad_signature_is_401_and_logged_like_a_webhook_rejection(gh: GitHubApp) -> None:
+    await gh.automation("bugs", [labeled_trigger(["bug"])])
+    payload = example("issues", "labeled")
+    delivery = str(uuid.uuid4())
+
+    wrong_secret = await gh.deliver("issues", payload, delivery=delivery, secret="not-the-secret")
+    garbage = await gh.deliver("issues", payload, signature="sha256=" + "0" * 64)
+
+    assert (wrong_secret.status, garbage.status) == (401, 401)
+    assert wrong_secret.content_type == "application/problem+json"
+    log = await gh.log()
+    assert [d.status for d in log] == ["Rejected (auth)", "Rejected (auth)"]
+    assert log[0].delivery_id == delivery and log[0].payload is None and log[0].detail
+    assert await gh.runs() == []
+
+
+async def test_unknown_or_disconnected_connection_is_404(gh: GitHubApp) -> None:
+    payload = example("ping", None)
+    unknown = await gh.client.post(f"/webhooks/github/{ids.new_id(ids.GITHUB_CONNECTION)}", json=payload)
+    assert unknown.status == 404
+    gone = await gh.client.delete("/api/v1/integrations/github", headers=gh.auth())
+    assert gone.status == 204
+
+    resp = await gh.deliver("ping", payload)
+
+    assert resp.status == 404
+    assert (await gh.client.get("/api/v1/integrations/github", headers=gh.auth())).status == 404
+
+
+async def test_replay_routes_a_logged_delivery_by_its_event_against_todays_automations(gh: GitHubApp) -> None:
+    delivery = str(uuid.uuid4())
+    assert (await gh.deliver("issues", example("issues", "labeled"), delivery=delivery)).status == 202
+    assert await gh.runs() == []  # no automation yet
+    automation = await gh.automation("bugs", [labeled_trigger(["bug"])])
+
+    resp = await gh.client.post(
+        f"/api/v1/integrations/github/deliveries/{delivery}/replay", headers=gh.auth()
+    )
+
+    body = await resp.json()
+    assert resp.status == 201, body
+    assert body["replay_of"] == delivery and body["event"] == "issues"
+    assert body["delivery_id"].startswith(f"{delivery}/replay/")
+    (run,) = await gh.runs()
+    assert run.automation_id == automation and run.delivery_id == body["delivery_id"]
+    assert body["runs"] == [{"run_id": run.run_id, "automation_id": automation}]
+    listed = await gh.client.get("/api/v1/integrations/github/deliveries", headers=gh.auth(gh.keys.member))
+    entries = (await listed.json())["deliveries"]
+    assert [(e["status"], e["run_ids"]) for e in entries] == [("Replayed", [run.run_id]), ("Accepted", [])]
