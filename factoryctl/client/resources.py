@@ -31,6 +31,7 @@ from factoryctl.client._endpoints import (
 from factoryctl.client._transport import RequestSpec, path, query
 from factoryctl.client.agent_resources import Agents, Schedules
 from factoryctl.client.events import Events, streamed
+from factoryctl.client.github_resources import GitHub
 from factoryctl.client.models import (
     Attachment,
     Factory,
@@ -300,3 +301,4 @@ class Resources(Generic[Mode]):
         self.schedules: Schedules[Mode] = Schedules(executor)
         self.agents: Agents[Mode] = Agents(executor)
         self.events: Events[Mode] = Events(executor)  # the team stream (docs/events.md)
+        self.github: GitHub[Mode] = GitHub(executor)  # the team's GitHub App connection
