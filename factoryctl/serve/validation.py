@@ -5,10 +5,12 @@ here and hands it to the app under :data:`api.management.validate.VALIDATOR`::
 
     app[VALIDATOR] = make_validator(box)
 
-The files are written to a private temporary directory and go through exactly what an apply checks
-before it plans: the loader (schemas, YAML, front matter), the cross-file rules with the store's webhook
-UIDs as hints, and the online checks (secrets exist and fit their webhook, referenced UIDs exist in the
-factory). Diagnostics name paths relative to the factory root, so CI can annotate its own checkout.
+The files are written to a private temporary directory (no symlink is followed) and go through what an
+apply checks before it plans: the loader (schemas, YAML, front matter) and the cross-file rules for every
+caller; for an authenticated caller (an :class:`~api.management.validate.OnlineScope`) the rules get the
+store's webhook UIDs as hints and the online checks run too (secrets exist and fit their webhook,
+referenced UIDs exist in the factory, names are not taken). Diagnostics name paths relative to the factory
+root, so CI can annotate its own checkout; :mod:`.factory_files` shapes the answer.
 """
 
 from __future__ import annotations
