@@ -166,6 +166,7 @@ async def replay(app: web.Application, who: Principal, delivery_id: str) -> dict
         "event": event,
         "status": "Replayed",
         "received_at": rfc3339(now),
+        "automation_id": None,
         "detail": answer_detail,
         "runs": runs,
     }
