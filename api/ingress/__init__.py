@@ -1,4 +1,7 @@
-"""Webhook ingress: ``POST /webhooks/w/{uid}`` from sender to committed runs (docs/ingress.md).
+"""Webhook ingress: ``POST /webhooks/w/{uid}`` from sender to committed runs (docs/ingress.md), and
+``POST /webhooks/github/{uid}`` for a team's GitHub App (:mod:`~api.ingress.github`, routed by
+:mod:`~api.ingress.github_routing`; docs/ingress.md, "GitHub App deliveries") on the same shared parts
+(:mod:`~api.ingress.gate`) and accept transaction.
 
 The HTTP handler (:mod:`~api.ingress.routes`) runs the checks cheapest-first over the pure policies —
 signature schemes (:mod:`~api.ingress.signatures`), delivery identity (:mod:`~api.ingress.identity`),

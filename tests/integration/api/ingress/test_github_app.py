@@ -310,3 +310,50 @@ async def test_replay_routes_a_logged_delivery_by_its_event_against_todays_autom
     listed = await gh.client.get("/api/v1/integrations/github/deliveries", headers=gh.auth(gh.keys.member))
     entries = (await listed.json())["deliveries"]
     assert [(e["status"], e["run_ids"]) for e in entries] == [("Replayed", [run.run_id]), ("Accepted", [])]
+
+
+async def test_a_run_scoped_secret_cannot_verify_a_connection(gh: GitHubApp, box: SecretBox) -> None:
+    async with gh.sessions() as s, s.begin():
+        await builders.secret(s, box, ManualClock(NOW), gh.keys.other_team_id, "run-secret", "x", scope="run")
+    resp = await gh.client.post(
+        "/api/v1/integrations/github",
+        json={"secret_name": "run-secret"},
+        headers=gh.auth(gh.keys.other_admin),
+    )
+    assert resp.status == 422
+    assert (await resp.json())["errors"][0]["field"] == "secret_name"
+
+
+async def test_missing_github_headers_are_401_before_the_body_is_read(gh: GitHubApp) -> None:
+    body = json.dumps(example("ping", None)).encode()
+    signature = node_sign(APP_SECRET, body)
+
+    no_event = await gh.client.post(
+        f"/webhooks/github/{gh.uid}",
+        data=body,
+        headers={"X-GitHub-Delivery": "d-1", "X-Hub-Signature-256": signature},
+    )
+    no_delivery = await gh.client.post(
+        f"/webhooks/github/{gh.uid}",
+        data=body,
+        headers={"X-GitHub-Event": "ping", "X-Hub-Signature-256": signature},
+    )
+
+    assert (no_event.status, no_delivery.status) == (401, 401)
+    assert [(d.status, d.delivery_id, d.detail) for d in await gh.log()] == [
+        ("Rejected (auth)", "d-1", "missing X-GitHub-Event header"),
+        ("Rejected (auth)", "unknown", "missing X-GitHub-Delivery header"),
+    ]
+
+
+async def test_deliveries_fail_authentication_until_the_secret_exists(gh: GitHubApp) -> None:
+    assert (await gh.client.delete("/api/v1/integrations/github", headers=gh.auth())).status == 204
+    assert (await gh.connect("not-created-yet")).status == 201
+    gh.uid = (await (await gh.client.get("/api/v1/integrations/github", headers=gh.auth())).json())["uid"]
+
+    resp = await gh.deliver("ping", example("ping", None))
+
+    assert resp.status == 401
+    assert [(d.status, d.detail) for d in await gh.log()] == [
+        ("Rejected (auth)", "signing secret not supplied yet")
+    ]
