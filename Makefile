@@ -16,14 +16,19 @@ $(STAMP): pyproject.toml
 	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-install: $(STAMP)
+# Test data from npm (package.json: the official GitHub webhook example payloads and their signer).
+NODE_STAMP := node_modules/.package-lock.json
+$(NODE_STAMP): package-lock.json
+	npm ci --no-audit --no-fund
+
+install: $(STAMP) $(NODE_STAMP)
 
 run: $(STAMP)
 	$(BIN)/python -m factoryctl.demo --data-dir $(DATA) example-factory
 
 # The suite runs on every core, up to 4 (pytest-xdist; a module stays on one worker, so its module-scoped
 # servers start once). Each worker has its own SQLite files and its own PostgreSQL template database.
-test: $(STAMP)
+test: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 -n auto --maxprocesses=4 --dist loadfile tests
 
 test-unit: $(STAMP)
@@ -61,4 +66,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH) $(ARGS)
 
 clean:
-	rm -rf $(VENV) .factory .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) node_modules .factory .pytest_cache .mypy_cache .ruff_cache

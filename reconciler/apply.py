@@ -8,7 +8,8 @@ one per kind of the registry), whatever its size, and builds no ORM objects; wri
 rows the plan names (one UPDATE per changed object, INSERTs for created ones).
 
 What each change does is the business of its kind's store module (:mod:`reconciler.kinds`: webhooks,
-automations, environments, schedules, notifications); the factory row itself is written here, first.
+automations, environments, schedules, notifications, and :mod:`reconciler.kinds.objects` for agents,
+skills, runners, scorers and benchmark suites); the factory row itself is written here, first.
 A replace (rename) is a delete of the old name plus a create of the new one.
 """
 
@@ -48,7 +49,9 @@ async def read_state(session: AsyncSession, team_id: str | None, factory_name: s
         Factory.uid,
         Factory.description,
         Factory.worker_host,
-        Factory.agents,
+        Factory.alias,
+        Factory.repositories,
+        Factory.settings,
         Factory.spec_digest,
         Factory.managed_by,
     ).where(Factory.team_id == team_id, Factory.name == factory_name)
@@ -59,7 +62,9 @@ async def read_state(session: AsyncSession, team_id: str | None, factory_name: s
     fields = {
         "description": factory.description,
         "worker_host": factory.worker_host,
-        "agents": factory.agents,
+        "alias": factory.alias,
+        "repositories": factory.repositories,
+        "settings": factory.settings,
     }
     return StoreState(
         factory=StoredObject(factory.uid, factory_name, fields, factory.spec_digest),
@@ -74,7 +79,9 @@ def _apply_factory_fields(row: Factory, definition: FactoryDefinition) -> None:
     fields = factory_fields(definition)
     row.description = fields["description"]
     row.worker_host = fields["worker_host"]
-    row.agents = fields["agents"]
+    row.alias = fields["alias"]
+    row.repositories = fields["repositories"]
+    row.settings = fields["settings"]
     row.spec_digest = digest(definition.factory.fields())
 
 

@@ -65,19 +65,22 @@ def fingerprint(root: Path, *, follow_symlinks: bool = True) -> tuple[Stamp, ...
             return []
         return sorted(os.listdir(real))
 
+    def walk(rel: str, depth: int) -> None:
+        real = add(rel)
+        for child in listing(real):
+            inner = f"{rel}/{child}"
+            if depth > 0 and real is not None and os.path.isdir(os.path.join(real, child)):
+                walk(inner, depth - 1)
+            else:
+                add(inner)
+
     try:
         for name in registry.FACTORY_FILES:
             if os.path.lexists(os.path.join(base, name)):
                 add(name)
-        for kind in registry.KINDS:
-            folder = kind.folder
-            if not os.path.lexists(os.path.join(base, folder)):
-                continue
-            for child in listing(add(folder)):
-                real = add(f"{folder}/{child}")
-                if kind.file:  # <folder>/<name>/<file>
-                    for inner in listing(real):
-                        add(f"{folder}/{child}/{inner}")
+        for folder, depth in registry.DEPTH.items():
+            if os.path.lexists(os.path.join(base, folder)):
+                walk(folder, depth)
     except OSError:
         return None
     return tuple(stamps)

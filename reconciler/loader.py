@@ -17,6 +17,7 @@ that relative path, so CI annotations point at real files.
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import errno
 import hashlib
 import os
@@ -27,17 +28,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reconciler import schema_errors
+from reconciler import execution, schema_errors
 from reconciler.diagnostics import Diagnostic
+from reconciler.objectspecs import AgentSpec, resolve_agents
 from reconciler.registry import KINDS, Kind
-from reconciler.specs import FactoryDefinition, FactorySpec, Location
+from reconciler.specs import AutomationSpec, FactoryDefinition, FactorySpec, Location, ScheduleSpec
 from reconciler.yamlmarks import Marks, parse_yaml, path_str, split_front_matter
+from store.rules import cron
 
 MAX_FILE_BYTES = 1024 * 1024
 OUTSIDE = "symlink points outside the factory directory"
 NOT_FOLLOWED = "symlink not followed: definitions from a git source are read from the commit's tree"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 YAML_SUFFIXES = (".yaml", ".yml")
+DEFAULT_AGENT = "foreman"  # a legacy tree's foreman, present even when factory.yaml lists no agents
+# The v1alpha1 keys of factory.yaml kept as written (FactorySpec.settings).
+SETTINGS = (
+    "schemaVersion",
+    "credentialStrategy",
+    "secrets",
+    "mcpServers",
+    "cloudProviders",
+    "integrations",
+    "agentDefaults",
+)
 
 
 @dataclass
@@ -317,18 +331,31 @@ class _Loader:
         if doc is None:
             return None
         data = doc.data
+        settings = {key: data[key] for key in SETTINGS if key in data}
+        repositories = tuple((r["owner"], r["name"]) for r in data.get("repositories", ()))
         return FactorySpec(
             name=data["name"],
             path="factory.yaml",
             description=data.get("description"),
             worker_host=data.get("workerHost"),
             agents=data.get("agents", {}),
+            alias=data.get("alias"),
+            repositories=repositories,
+            settings=settings,
             locations=doc.locations(),
         )
 
     def kind(self, kind: Kind) -> list[Any]:
         """Every spec of ``kind`` that loads cleanly, its files found by the kind's pattern."""
-        return self.markdown_specs(kind) if kind.file else self.yaml_specs(kind)
+        if not kind.file:
+            return self.yaml_specs(kind)
+        out = self.nested_specs(kind, kind.folder)
+        if kind.scoped_by:  # agents/<agent>/skills/<name>/SKILL.md, named <agent>/<name>
+            for entry in self.listdir(kind.scoped_by):
+                if entry.kind == "dir":
+                    scope = f"{kind.scoped_by}/{entry.name}"
+                    out += self.nested_specs(kind, f"{scope}/{kind.folder}", prefix=f"{entry.name}/")
+        return out
 
     def yaml_specs(self, kind: Kind) -> list[Any]:
         """Specs of ``<folder>/<name>.yaml`` files."""
@@ -344,24 +371,45 @@ class _Loader:
                 out.append(kind.spec.from_document(name, rel, doc.data, doc.locations() | values))
         return out
 
-    def markdown_specs(self, kind: Kind) -> list[Any]:
-        """Specs of ``<folder>/<name>/<file>`` files: Markdown whose front matter is the document."""
+    def nested_specs(self, kind: Kind, folder: str, prefix: str = "") -> list[Any]:
+        """Specs of ``<folder>/<name>/<file>`` files: Markdown whose front matter is the document, or a
+        YAML document (with its ``children`` documents)."""
         out = []
-        for entry in self.listdir(kind.folder):
-            folder = f"{kind.folder}/{entry.name}"
+        for entry in self.listdir(folder):
+            where = f"{folder}/{entry.name}"
             if entry.kind == "file":
-                if not entry.name.lower().startswith("readme"):
+                if not entry.name.lower().startswith("readme") and not prefix:
                     article = "an" if kind.name[0] in "aeiou" else "a"
-                    self.warn(folder, f"ignored: {article} {kind.name} is a directory, {kind.pattern}")
+                    self.warn(where, f"ignored: {article} {kind.name} is a directory, {kind.pattern}")
                 continue
-            rel = f"{folder}/{kind.file}"
-            text = self.read(rel, missing=f"{folder}/ has no {kind.file}")
+            rel = f"{where}/{kind.file}"
+            text = self.read(rel, missing=f"{where}/ has no {kind.file}")
             if text is None or not self.named(rel, entry.name, kind.name):
                 continue
-            spec = self.markdown(kind, rel, entry.name, text)
+            name = prefix + entry.name
+            spec = (
+                self.markdown(kind, rel, name, text) if kind.markdown else self.suite(kind, rel, name, text)
+            )
             if spec is not None:
                 out.append(spec)
         return out
+
+    def suite(self, kind: Kind, rel: str, name: str, text: str) -> Any:
+        """A YAML object file with its ``children`` documents (a benchmark suite and its tasks)."""
+        doc = self.document(rel, kind.schema, text)
+        if doc is None:
+            return None
+        children: dict[str, Any] = {}
+        if kind.children and kind.child_schema:
+            folder = f"{rel.rsplit('/', 1)[0]}/{kind.children}"
+            for child_rel, slug in self.yaml_files(folder, f"{kind.name} {kind.children[:-1]}"):
+                child_text = self.read(child_rel)
+                child = (
+                    None if child_text is None else self.document(child_rel, kind.child_schema, child_text)
+                )
+                if child is not None:
+                    children[slug] = child.data
+        return kind.spec.from_document(name, rel, doc.data, doc.locations(), children=children)
 
     def markdown(self, kind: Kind, rel: str, name: str, text: str) -> Any:
         split = split_front_matter(text, self.display(rel))
@@ -411,7 +459,72 @@ def load(root: Path, *, follow_symlinks: bool = True) -> LoadResult:
     definition = None
     if factory is not None:
         definition = FactoryDefinition(root=shown, factory=factory, content_digest=loader.digest(), **specs)
+        definition = finish(definition)
     return LoadResult(definition, loader.diagnostics, loader.files, shown)
+
+
+def finish(definition: FactoryDefinition) -> FactoryDefinition:
+    """What needs the whole tree: a legacy file's inline agents become agent specs (the foreman always
+    exists there), agents get their resolved run configuration, automations that name no agent run as
+    the foreman and get the factory-wide grants."""
+    factory = definition.factory
+    agents = definition.agents
+    if factory.legacy and not agents:
+        inline = dict(factory.agents)
+        inline.setdefault(DEFAULT_AGENT, {})
+        agents = tuple(
+            AgentSpec.from_legacy(
+                name,
+                config if isinstance(config, dict) else {},
+                {"": factory.locations.get(f"agents.{name}", Location(factory.path))},
+                foreman=name == DEFAULT_AGENT,
+            )
+            for name, config in inline.items()
+        )
+    agents = resolve_agents(agents, factory.settings, definition.skills)
+    definition = dataclasses.replace(definition, agents=agents)
+    foreman = definition.foreman
+    automations = tuple(
+        dataclasses.replace(
+            a,
+            agent=a.agent or foreman,
+            config=execution.automation_config(a.front_matter, factory.settings),
+        )
+        for a in definition.automations
+    )
+    return dataclasses.replace(
+        definition, automations=automations, schedules=(*definition.schedules, *inline_schedules(automations))
+    )
+
+
+def inline_schedules(automations: tuple[AutomationSpec, ...]) -> list[ScheduleSpec]:
+    """The schedules declared inline by ``schedule``/``cron_fired`` triggers, named
+    ``<automation>:<schedule name>`` (``:`` is in no file name, so they never meet ``schedules/``), always
+    UTC; they run their automation when they fire, like a ``schedules/`` file that names it. An expression
+    the trigger rules refuse (FC073) declares none."""
+    out = []
+    for automation in automations:
+        for trigger in automation.triggers:
+            if trigger.provider != "schedule" or not trigger.schedule:
+                continue
+            try:
+                expression = cron.expression_for_trigger(trigger.schedule["cron"])
+            except cron.CronError:
+                continue
+            name = f"{automation.name}:{trigger.schedule.get('name') or 'schedule'}"
+            where = trigger.location or Location(automation.path)
+            out.append(
+                ScheduleSpec(
+                    name=name,
+                    path=automation.path,
+                    cron=expression,
+                    automation=automation.name,
+                    enabled=automation.enabled,
+                    locations={"": where, "cron": where, "automation": where},
+                    inline_of=automation.name,
+                )
+            )
+    return out
 
 
 def load_many(paths: Iterable[Path]) -> list[LoadResult]:

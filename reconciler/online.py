@@ -8,7 +8,8 @@
   ``webhook`` secret, and what runs reference (an environment's ``secrets``, ``secret:NAME`` values in the
   ``mcp_servers`` of ``factory.yaml`` agents, automations and schedules) are ``run`` secrets
   (:func:`store.secrets.webhook_problem` and :func:`store.secrets.run_problem`, the rules the API keeps).
-  A run reference to a missing secret is left to run creation (422), as before.
+  A run reference to a missing secret is left to run creation (422), as before, except the secrets a
+  v1alpha1 tree names (``secrets`` lists, ``harness.auth.secretName``): those must exist (FC040).
 - a notification endpoint's ``secretName`` exists (FC040), is a ``webhook`` secret (FC044: it signs
   messages, so no run may read it) and is a Standard Webhooks secret (FC042), since every message is
   signed with it (docs/notifications.md, "Signatures").
@@ -75,6 +76,7 @@ async def check(
     for notification in definition.notifications:
         out += await _notification(session, box, team_id, definition.root, notification, values)
     out += await _run_references(session, team_id, definition)
+    out += await _missing_named(session, team_id, definition)
     if known_webhooks is not None:
         out += _uids(definition, known_webhooks)
     return sorted(out, key=lambda d: (d.path, d.line, d.column, d.rule))
@@ -181,12 +183,51 @@ def _run_refs(definition: FactoryDefinition) -> Iterator[tuple[str, str, Mapping
         if isinstance(config, Mapping):
             for key, name in secrets.mcp_secret_refs(config.get("mcp_servers")):
                 yield name, f"agents.{agent}.{key}", factory.locations, f"{root}/{factory.path}"
+    yield from _named_secrets(definition)
     for automation in definition.automations:
         for key, name in secrets.mcp_secret_refs(automation.config.get("mcp_servers")):
             yield name, f"config.{key}", automation.locations, f"{root}/{automation.path}"
     for schedule in definition.schedules:
         for key, name in secrets.mcp_secret_refs(schedule.config.get("mcp_servers")):
             yield name, f"config.{key}", schedule.locations, f"{root}/{schedule.path}"
+
+
+def _named_secrets(definition: FactoryDefinition) -> Iterator[tuple[str, str, Mapping[str, Location], str]]:
+    """The secrets a v1alpha1 tree names for its runs: ``secrets`` lists (the factory's, ``agentDefaults``',
+    agents', automations') and ``harness.auth.secretName``; each must exist (FC040), a ``run`` secret."""
+    root, factory = definition.root, definition.factory
+    layers: list[tuple[Mapping[str, Any], str, Mapping[str, Location], str]] = [
+        (factory.settings, "", factory.locations, f"{root}/{factory.path}"),
+        (
+            factory.settings.get("agentDefaults") or {},
+            "agentDefaults.",
+            factory.locations,
+            f"{root}/{factory.path}",
+        ),
+    ]
+    layers += [(a.overrides, "", a.locations, f"{root}/{a.path}") for a in definition.agents if not a.legacy]
+    layers += [(a.front_matter, "", a.locations, f"{root}/{a.path}") for a in definition.automations]
+    for layer, prefix, locations, path in layers:
+        for index, name in enumerate(layer.get("secrets") or ()):
+            yield name, f"{prefix}secrets[{index}]", locations, path
+        harness = layer.get("harness")
+        auth = harness.get("auth") if isinstance(harness, Mapping) else None
+        if isinstance(auth, Mapping) and auth.get("secretName"):
+            yield auth["secretName"], f"{prefix}harness.auth.secretName", locations, path
+
+
+async def _missing_named(
+    session: AsyncSession, team_id: str, definition: FactoryDefinition
+) -> list[Diagnostic]:
+    """FC040 for each secret a v1alpha1 tree names that the team does not have."""
+    refs = list(_named_secrets(definition))
+    found = await secrets.scopes(session, team_id, (name for name, *_ in refs))
+    return [
+        _diag("FC040", f"team secret '{name}' does not exist", locations.get(key), path,
+              f"create it: factoryctl secrets create {name} --scope {secrets.RUN} --from-stdin")
+        for name, key, locations, path in refs
+        if name not in found
+    ]  # fmt: skip
 
 
 async def _run_references(

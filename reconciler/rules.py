@@ -40,6 +40,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import safegit
+from reconciler import format_rules
 from reconciler.diagnostics import Diagnostic
 from reconciler.registry import KINDS
 from reconciler.specs import (
@@ -55,7 +56,6 @@ from reconciler.specs import (
 from store.rules import cron, notification_rules, payload_filter, urlpolicy
 
 UID_RE = re.compile(r"^wh_[0-9a-z]{26}$")
-DEFAULT_AGENT = "foreman"
 
 
 def is_webhook_uid(value: str) -> bool:
@@ -101,11 +101,9 @@ def check(
     for env in definition.environments:
         out += _repositories(env, definition.root)
     environments = {e.name for e in definition.environments} | set(known_environments)
-    agents = set(definition.factory.agents) | {DEFAULT_AGENT}
-    for name, config in definition.factory.agents.items():
-        out += _environment(
-            config, f"agents.{name}", definition.factory.locations, environments, definition.root
-        )
+    agents = {a.name for a in definition.agents}
+    for config, prefix, locations, _path in agent_places(definition):
+        out += _environment(config, prefix, locations, environments, definition.root)
     for automation in definition.automations:
         out += _automation(automation, definition, agents, environments, known_uids or {})
     automations = {a.name for a in definition.automations}
@@ -115,7 +113,22 @@ def check(
         out += _notification(notification, definition.root)
     out += _mcp_urls(definition)
     out += _mcp_references(definition)
+    out += format_rules.check(definition)
     return sorted(out, key=lambda d: (d.path, d.line, d.column, d.rule))
+
+
+def agent_places(
+    definition: FactoryDefinition,
+) -> list[tuple[Mapping[str, Any], str, Mapping[str, Location], str]]:
+    """Each agent's run configuration with where its keys are written: ``factory.yaml``'s ``agents.<name>``
+    in a legacy tree, else the agent's own file (its locations carry ``config.<key>`` aliases)."""
+    factory = definition.factory
+    return [
+        (a.config, f"agents.{a.name}", factory.locations, factory.path)
+        if a.legacy
+        else (a.config, "config", a.locations, a.path)
+        for a in definition.agents
+    ]
 
 
 def _limits(definition: FactoryDefinition) -> list[Diagnostic]:
@@ -201,7 +214,7 @@ def _automation(
                 f"unknown agent '{automation.agent}'",
                 _place(locations, "agent", root),
                 root,
-                hint=f"define it under 'agents' in factory.yaml (defined: {defined})",
+                hint=f"add agents/{automation.agent}/agent.md (defined: {defined})",
             )
         )
     stems = {w.name for w in definition.webhooks}
@@ -328,12 +341,8 @@ def _mcp_urls(definition: FactoryDefinition) -> list[Diagnostic]:
     places: list[tuple[Any, str, Mapping[str, Location], str]] = [
         (env.spec.get("mcpServers"), "mcpServers", env.locations, env.path) for env in definition.environments
     ]
-    factory = definition.factory
-    for agent, config in factory.agents.items():
-        if isinstance(config, Mapping):
-            places.append(
-                (config.get("mcp_servers"), f"agents.{agent}.mcp_servers", factory.locations, factory.path)
-            )
+    for config, prefix, locations, path in agent_places(definition):
+        places.append((config.get("mcp_servers"), f"{prefix}.mcp_servers", locations, path))
     specs: list[AutomationSpec | ScheduleSpec] = [*definition.automations, *definition.schedules]
     for spec in specs:
         places.append((spec.config.get("mcp_servers"), "config.mcp_servers", spec.locations, spec.path))
@@ -351,12 +360,12 @@ def _mcp_urls(definition: FactoryDefinition) -> list[Diagnostic]:
 def _mcp_references(definition: FactoryDefinition) -> list[Diagnostic]:
     """FC062 for each ``{warp_id: NAME}`` that the config's environment (its own ``environment_id``, for an
     automation else its agent's) defines no server for, when that environment is in this tree."""
-    root, factory = definition.root, definition.factory
+    root = definition.root
     defined = {e.name: e.spec.get("mcpServers") for e in definition.environments}
-    agents = {name: config for name, config in factory.agents.items() if isinstance(config, Mapping)}
+    agents = {a.name: a.config for a in definition.agents}
     places: list[tuple[Mapping[str, Any], Any, str, Mapping[str, Location], str]] = [
-        (config, config.get("environment_id"), f"agents.{name}", factory.locations, factory.path)
-        for name, config in agents.items()
+        (config, config.get("environment_id"), prefix, locations, path)
+        for config, prefix, locations, path in agent_places(definition)
     ]
     for automation in definition.automations:
         env = automation.config.get("environment_id") or agents.get(automation.agent, {}).get(

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler import execution
+from store.rules import triggers
 from store.rules.notification_rules import canonical_events, canonical_filter
 from store.rules.vocabulary import canonical_scheme
 
@@ -43,19 +45,33 @@ class Location:
 
 @dataclass(frozen=True)
 class FactorySpec:
+    """``factory.yaml``. ``settings`` holds the v1alpha1 keys kept as written (``schemaVersion``,
+    ``credentialStrategy``, ``secrets``, ``mcpServers``, ``cloudProviders``, ``integrations``,
+    ``agentDefaults``); ``agents`` is a legacy file's inline map (its agents become agent specs)."""
+
     name: str
     path: str
     description: str | None = None
     worker_host: str | None = None
     agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    alias: str | None = None
+    repositories: tuple[tuple[str, str], ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)
     locations: dict[str, Location] = field(default_factory=dict, compare=False)
+
+    @property
+    def legacy(self) -> bool:
+        """A file without ``schemaVersion``: factoryctl's legacy format (docs/definitions.md, "Legacy")."""
+        return "schemaVersion" not in self.settings
 
     def fields(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "description": self.description,
             "worker_host": self.worker_host,
-            "agents": self.agents,
+            "alias": self.alias.strip() if self.alias else None,
+            "repositories": [{"owner": o, "name": n} for o, n in self.repositories],
+            "settings": self.settings,
         }
 
 
@@ -107,8 +123,10 @@ KNOWN_AFTER_APPLY = "(known after apply)"  # the UID of a webhook the same apply
 
 @dataclass(frozen=True)
 class TriggerSpec:
-    """One webhook trigger. ``webhook_ids`` are UIDs; ``webhooks`` are webhook file names of the same
-    factory, resolved to UIDs at apply (docs/definitions.md, "Referencing webhooks")."""
+    """One trigger. A webhook trigger's ``webhook_ids`` are UIDs and its ``webhooks`` webhook file names of
+    the same factory, resolved to UIDs at apply (docs/definitions.md, "Referencing webhooks"). Every other
+    provider's ``filter`` is canonical (:func:`store.rules.triggers.normalize_filter`); ``schedule`` is an
+    inline schedule of a ``schedule``/``cron_fired`` trigger (``cron`` as written, ``name`` or None)."""
 
     provider: str
     event: str
@@ -116,6 +134,8 @@ class TriggerSpec:
     payload_filter: dict[str, Any] | None = None
     location: Location | None = field(default=None, compare=False)
     webhooks: tuple[str, ...] = ()
+    filter: dict[str, Any] | None = None
+    schedule: dict[str, Any] | None = None
 
     def resolved_webhook_ids(self, uids: Mapping[str, str | None]) -> tuple[str, ...]:
         """``webhook_ids``, then the UIDs of ``webhooks`` by name, de-duplicated in order.
@@ -127,8 +147,17 @@ class TriggerSpec:
         return tuple(dict.fromkeys((*self.webhook_ids, *named)))
 
     def to_json(self, uids: Mapping[str, str | None] | None = None) -> dict[str, Any]:
-        """The trigger as written; with ``uids``, a trigger that names webhooks also carries
+        """The trigger as stored; with ``uids``, a trigger that names webhooks also carries
         ``filter.resolved_webhook_ids`` (what the routing index holds)."""
+        if self.provider != "webhook":
+            out: dict[str, Any] = {
+                "provider": self.provider,
+                "event": self.event,
+                "filter": self.filter or {},
+            }
+            if self.schedule is not None:
+                out["schedule"] = self.schedule
+            return out
         flt: dict[str, Any] = {"webhook_ids": list(self.webhook_ids)}
         if self.webhooks:
             flt["webhooks"] = list(self.webhooks)
@@ -147,11 +176,12 @@ class AutomationSpec:
     path: str
     prompt: str
     enabled: bool = True
-    agent: str = "foreman"
+    agent: str = ""  # the foreman's name when the file names none (set by the loader)
     title: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     triggers: tuple[TriggerSpec, ...] = ()
     locations: dict[str, Location] = field(default_factory=dict, compare=False)
+    front_matter: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_markdown(
@@ -165,31 +195,24 @@ class AutomationSpec:
     ) -> AutomationSpec | str:
         """The spec of a file whose front matter passed ``automation.schema.json`` and whose Markdown
         ``body`` (at ``body_at``) is the prompt; or why the body will not do."""
-        prompt, config = body.strip(), data.get("config", {})
+        prompt, config = body.strip(), execution.automation_config(data, {})
         if not prompt and not config.get("skill_spec"):
             return "the automation has no prompt: write it as Markdown below the front matter"
-        locations = {**locations, "prompt": body_at}
+        locations = {**locations, **execution.location_aliases(locations), "prompt": body_at}
         triggers = tuple(
-            TriggerSpec(
-                provider=t["provider"],
-                event=t["event"],
-                webhook_ids=tuple(t["filter"].get("webhook_ids", ())),
-                webhooks=tuple(t["filter"].get("webhooks", ())),
-                payload_filter=t["filter"].get("payload"),
-                location=locations.get(f"triggers[{i}]"),
-            )
-            for i, t in enumerate(data.get("triggers", []))
+            _trigger(t, locations.get(f"triggers[{i}]")) for i, t in enumerate(data.get("triggers", []))
         )
         return cls(
             name=name,
             path=path,
             prompt=prompt,
             enabled=data.get("enabled", True),
-            agent=data.get("agent", "foreman"),
+            agent=data.get("agent", ""),
             title=data.get("title"),
             config=config,
             triggers=triggers,
             locations=locations,
+            front_matter=dict(data),
         )
 
     @property
@@ -207,6 +230,28 @@ class AutomationSpec:
             "prompt": self.prompt,
             "triggers": [t.to_json(uids) for t in self.triggers],
         }
+
+
+def _trigger(t: Mapping[str, Any], location: Location | None) -> TriggerSpec:
+    """A schema-checked trigger; a non-webhook filter is canonical when the trigger rules accept it (the
+    rules report it otherwise, and a spec the rules refused is never applied)."""
+    provider, event, flt = t["provider"], t["event"], t.get("filter") or {}
+    if provider == "webhook":
+        return TriggerSpec(
+            provider=provider,
+            event=event,
+            webhook_ids=tuple(flt.get("webhook_ids", ())),
+            webhooks=tuple(flt.get("webhooks", ())),
+            payload_filter=flt.get("payload"),
+            location=location,
+        )
+    try:
+        normalized: dict[str, Any] = triggers.normalize_filter(provider, event, flt)
+    except triggers.TriggerError:
+        normalized = dict(flt)
+    schedule = t.get("schedule")
+    inline = {"name": schedule.get("name"), "cron": schedule["cron"]} if schedule else None
+    return TriggerSpec(provider, event, location=location, filter=normalized, schedule=inline)
 
 
 @dataclass(frozen=True)
@@ -248,6 +293,7 @@ class ScheduleSpec:
     enabled: bool = True
     description: str | None = None
     locations: dict[str, Location] = field(default_factory=dict, compare=False)
+    inline_of: str | None = None  # the automation whose schedule/cron_fired trigger declares it
 
     @classmethod
     def from_document(
@@ -339,3 +385,13 @@ class FactoryDefinition:
     content_digest: str = ""
     schedules: tuple[ScheduleSpec, ...] = ()
     notifications: tuple[NotificationSpec, ...] = ()
+    agents: tuple[Any, ...] = ()  # reconciler.objectspecs: AgentSpec, SkillSpec, RunnerSpec, ...
+    skills: tuple[Any, ...] = ()
+    runners: tuple[Any, ...] = ()
+    scorers: tuple[Any, ...] = ()
+    benchmarks: tuple[Any, ...] = ()
+
+    @property
+    def foreman(self) -> str:
+        """The foreman's name: the agent whose type is FOREMAN (``foreman`` in a legacy tree)."""
+        return next((a.name for a in self.agents if a.agent_type == "FOREMAN"), "foreman")

@@ -16,7 +16,22 @@ if TYPE_CHECKING:  # imported when first used: a valid file is checked by fastjs
     from referencing import Registry
 
 BASE_URI = "https://factoryctl.dev/schemas/"
-NAMES = ("factory", "webhook", "automation", "environment", "schedule", "notification", "agent-config")
+NAMES = (
+    "factory",
+    "agent",
+    "skill",
+    "runner",
+    "scorer",
+    "benchmark",
+    "benchmark-task",
+    "webhook",
+    "automation",
+    "environment",
+    "schedule",
+    "notification",
+    "agent-config",
+    "common",
+)
 
 
 def load_schema(name: str) -> dict[str, Any]:

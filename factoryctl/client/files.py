@@ -21,7 +21,11 @@ from factoryctl.client.sync_client import FactoryClient
 
 # The registry's <folder>/<name>.yaml kinds: the client may not import it, a test compares the two
 # (docs/architecture.md, "Adding a definition kind").
-FOLDERS = ("webhooks", "environments", "schedules", "notifications")
+FOLDERS = ("runners", "webhooks", "environments", "schedules", "notifications")
+# The registry's kinds whose objects are directories, with how deep their files lie (agents/<a>/agent.md,
+# agents/<a>/skills/<s>/SKILL.md, benchmarks/<suite>/tasks/<task>.yaml); a test compares them too.
+NESTED = {"agents": 3, "skills": 1, "automations": 1, "scorers": 1, "benchmarks": 2}
+SUFFIXES = (".md", ".yaml", ".yml")
 MAX_FILE_BYTES = 1024 * 1024
 
 
@@ -29,6 +33,20 @@ def _visible_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if not p.name.startswith(".") and p.is_file())
+
+
+def _walk(folder: Path, rel: str, depth: int, found: dict[str, Path], *, top: bool = False) -> None:
+    """Definition files below ``folder`` down to ``depth`` directory levels (stray files at the top are
+    sent too: the loader warns about them)."""
+    if not folder.is_dir():
+        return
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        if entry.is_dir() and depth > 0:
+            _walk(entry, f"{rel}/{entry.name}", depth - 1, found)
+        elif entry.is_file() and (top or entry.name.endswith(SUFFIXES)):
+            found[f"{rel}/{entry.name}"] = entry
 
 
 def collect_files(root: Path) -> dict[str, bytes]:
@@ -42,15 +60,8 @@ def collect_files(root: Path) -> dict[str, bytes]:
     for name in FOLDERS:
         for item in _visible_files(root / name):
             found[f"{name}/{item.name}"] = item
-    automations = root / "automations"
-    if automations.is_dir():
-        for entry in sorted(automations.iterdir()):
-            if entry.name.startswith("."):
-                continue
-            if entry.is_file():
-                found[f"automations/{entry.name}"] = entry
-            elif (entry / "automation.md").is_file():
-                found[f"automations/{entry.name}/automation.md"] = entry / "automation.md"
+    for name, depth in NESTED.items():
+        _walk(root / name, name, depth, found, top=True)
     return {rel: path.read_bytes() for rel, path in found.items()}
 
 

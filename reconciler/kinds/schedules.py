@@ -76,6 +76,7 @@ def values(spec: ScheduleSpec, change: Change, now: dt.datetime) -> dict[str, An
     fields = spec.fields()
     out: dict[str, Any] = dict(fields, definition_path=spec.path, spec_digest=digest(fields), updated_at=now)
     out["agent_config"] = out.pop("config")
+    out["inline_of"] = spec.inline_of
     if change.action != "update" or TIMING.intersection(change.fields):
         out["next_fire_at"] = next_fire_at(spec, now)
     return out

@@ -7,10 +7,21 @@ when a kind of the registry has no store module.
 
 from __future__ import annotations
 
-from reconciler.kinds import automations, environments, notifications, schedules, webhooks
+from reconciler.kinds import automations, environments, notifications, objects, schedules, webhooks
 from reconciler.kinds.base import KindStore
 
 STORES: dict[str, KindStore] = {
     store.kind.name: store
-    for store in (webhooks.STORE, automations.STORE, environments.STORE, schedules.STORE, notifications.STORE)
+    for store in (
+        webhooks.STORE,
+        automations.STORE,
+        environments.STORE,
+        schedules.STORE,
+        notifications.STORE,
+        objects.AGENTS,
+        objects.SKILLS,
+        objects.RUNNERS,
+        objects.SCORERS,
+        objects.BENCHMARKS,
+    )
 }

@@ -65,10 +65,10 @@ def _valid_name(name: str) -> bool:
 
 
 def _exported(path: str) -> bool:
-    """Whether a tree's entries are written out: the definition roots and ``<folder>/<name>`` of the kinds
-    whose objects are directories (``automations/<name>``)."""
+    """Whether a tree's entries are written out: the definition roots and, below a kind's folder, as deep
+    as its files lie (``automations/<name>``, ``agents/<name>/skills/<skill>``; :data:`registry.DEPTH`)."""
     parts = path.split("/")
-    return len(parts) == 1 or (len(parts) == 2 and parts[0] in registry.NESTED)
+    return len(parts) == 1 or len(parts) - 1 <= registry.DEPTH.get(parts[0], 0)
 
 
 class GitSource:

@@ -20,7 +20,13 @@ from reconciler.specs import FactoryDefinition
 
 def one_file_per_kind() -> list[str]:
     """A factory's relative paths: ``factory.yaml`` and one file of every kind, as its pattern says."""
-    return ["factory.yaml", *(kind.pattern.replace("<name>", "one") for kind in registry.KINDS)]
+    rels = ["factory.yaml", *(kind.pattern.replace("<name>", "one") for kind in registry.KINDS)]
+    for kind in registry.KINDS:  # the deeper places: an agent's own skill, a suite's task
+        if kind.scoped_by:
+            rels.append(f"{kind.scoped_by}/one/{kind.folder}/one/{kind.file}")
+        if kind.children:
+            rels.append(f"{kind.folder}/one/{kind.children}/one.yaml")
+    return rels
 
 
 def write_tree(root: Path) -> list[str]:
@@ -34,6 +40,7 @@ def write_tree(root: Path) -> list[str]:
 def test_the_client_collects_a_file_of_every_kind(tmp_path: Path) -> None:
     rels = write_tree(tmp_path)
     assert set(files.FOLDERS) == {kind.folder for kind in registry.KINDS if kind.file is None}
+    assert files.NESTED == {folder: depth for folder, depth in registry.DEPTH.items() if depth}
     assert sorted(files.collect_files(tmp_path)) == sorted(rels)
 
 
@@ -49,16 +56,19 @@ def test_the_git_source_exports_a_file_of_every_kind(tmp_path: Path) -> None:
     repo = Repo(tmp_path / "src")
     blob = repo.blob(b"name: one\n")
 
-    def tree(parts: list[str]) -> str:
-        head, *rest = parts
-        return repo.tree(("100644", head, blob) if not rest else ("40000", head, tree(rest)))
+    def tree(paths: list[list[str]]) -> str:
+        """The tree of ``paths`` (each split into components), merging shared directories."""
+        below: dict[str, list[list[str]]] = {}
+        entries = []
+        for head, *rest in paths:
+            if rest:
+                below.setdefault(head, []).append(rest)
+            else:
+                entries.append(("100644", head, blob))
+        entries += [("40000", name, tree(inner)) for name, inner in below.items()]
+        return repo.tree(*sorted(entries, key=lambda e: e[1]))
 
-    entries = [rel.split("/") for rel in one_file_per_kind()]
-    root_entries = [
-        ("100644", parts[0], blob) if len(parts) == 1 else ("40000", parts[0], tree(parts[1:]))
-        for parts in entries
-    ]
-    repo.commit(repo.tree(*sorted(root_entries, key=lambda e: e[1])), "c")
+    repo.commit(tree([rel.split("/") for rel in one_file_per_kind()]), "c")
     source = GitSource(str(repo.path), "main", tmp_path / "data")
     root = source.export(source.fetch())
     exported = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
@@ -70,7 +80,7 @@ def test_every_kind_has_a_schema_a_definition_field_and_a_store_module() -> None
     for kind in registry.KINDS:
         assert kind.schema in schemas.NAMES, kind.name
         assert kind.folder in definition_fields, kind.name
-        assert hasattr(kind.spec, "from_markdown" if kind.file else "from_document"), kind.name
+        assert hasattr(kind.spec, "from_markdown" if kind.markdown else "from_document"), kind.name
     assert set(STORES) == {kind.name for kind in registry.KINDS}
     assert all(store.kind is registry.BY_NAME[name] for name, store in STORES.items())
 
