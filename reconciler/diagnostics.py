@@ -33,6 +33,16 @@ RULES: dict[str, str] = {
     "FC080": "Notification or MCP server URL refused (scheme, credentials or a private-network address)",
     "FC081": "Invalid notification events or filter",
     "FC082": "Too many notification endpoints in one factory",
+    "FC045": "Invalid trigger",
+    "FC063": "Not exactly one foreman",
+    "FC064": "Invalid harness",
+    "FC065": "Unknown runner",
+    "FC066": "Runner, scorer or benchmark is inconsistent",
+    "FC073": "Invalid inline schedule",
+    "FC090": "Legacy format (deprecated)",
+    "FC091": "Not supported by factoryctl yet",
+    "FC092": "Provider not connected",
+    "FC093": "Legacy key in a v1alpha1 factory.yaml",
 }
 
 

@@ -63,15 +63,20 @@ def check(definition: FactoryDefinition) -> list[Diagnostic]:
     fpath = f"{root}/{factory.path}"
     out: list[Diagnostic] = []
     if factory.legacy:
-        out.append(
-            _at(
-                "FC090",
-                "factory.yaml has no schemaVersion: read in factoryctl's legacy format (deprecated)",
-                _place(factory.locations, "name", fpath),
-                "run 'factoryctl migrate .' to rewrite the tree as schemaVersion: v1alpha1",
-                warning=True,
-            )
-        )
+        for key, new in (
+            ("agents", "agents/<name>/agent.md files"),
+            ("workerHost", "agentDefaults.workerHost"),
+        ):
+            if key in factory.locations:
+                out.append(
+                    _at(
+                        "FC090",
+                        f"'{key}' is factoryctl's legacy format (deprecated); v1alpha1 has {new}",
+                        factory.locations[key],
+                        "run 'factoryctl migrate .' to rewrite the tree as schemaVersion: v1alpha1",
+                        warning=True,
+                    )
+                )
     else:
         out += _v1_factory(definition, fpath)
     runners = {r.name for r in definition.runners}
@@ -291,6 +296,8 @@ def _triggers(
             continue
         base = f"triggers[{index}]"
         for problem in triggers.check_trigger(trigger):
+            if problem.path[:2] == ("schedule", "cron"):
+                continue  # the expression is FC073's, below
             key = base + (
                 ("." if problem.path and isinstance(problem.path[0], str) else "") + path_str(problem.path)
             )

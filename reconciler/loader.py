@@ -464,12 +464,13 @@ def load(root: Path, *, follow_symlinks: bool = True) -> LoadResult:
 
 
 def finish(definition: FactoryDefinition) -> FactoryDefinition:
-    """What needs the whole tree: a legacy file's inline agents become agent specs (the foreman always
-    exists there), agents get their resolved run configuration, automations that name no agent run as
-    the foreman and get the factory-wide grants."""
+    """What needs the whole tree: a legacy file's inline agents become agent specs (with the foreman, which
+    a legacy tree always has; one with no ``agents`` map keeps only that implicit foreman, no object),
+    agents get their resolved run configuration, automations that name no agent run as the foreman and
+    get the factory-wide grants."""
     factory = definition.factory
     agents = definition.agents
-    if factory.legacy and not agents:
+    if factory.legacy and not agents and factory.agents:
         inline = dict(factory.agents)
         inline.setdefault(DEFAULT_AGENT, {})
         agents = tuple(

@@ -101,7 +101,7 @@ def check(
     for env in definition.environments:
         out += _repositories(env, definition.root)
     environments = {e.name for e in definition.environments} | set(known_environments)
-    agents = {a.name for a in definition.agents}
+    agents = {a.name for a in definition.agents} | ({"foreman"} if definition.factory.legacy else set())
     for config, prefix, locations, _path in agent_places(definition):
         out += _environment(config, prefix, locations, environments, definition.root)
     for automation in definition.automations:
