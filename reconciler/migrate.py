@@ -111,7 +111,7 @@ def plan(files: Mapping[str, str], repositories: Sequence[Mapping[str, str]] = (
         repos = _repositories(files, repositories, notes)
         factory_writes.append(_factory_file(files["factory.yaml"], factory, repos, defaults))
     automation_writes = [w for w in (_automation_file(files, p, notes) for p in _automations(files)) if w]
-    writes = [w for w in agent_writes if w.new or files.get(w.path) != w.text]
+    writes = [w for w in agent_writes if w.new]  # an existing one is identical (_agent_file checked)
     return Plan((*writes, *automation_writes, *factory_writes), tuple(notes))
 
 

@@ -296,38 +296,57 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_the_command_migrates_a_copy_of_example_factory(tmp_path: Path) -> None:
-    root = tmp_path / "example"
-    shutil.copytree(REPO / "example-factory", root)
+def write_tree(root: Path, files: Mapping[str, str]) -> Path:
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root
+
+
+def test_the_command_migrates_a_legacy_tree_once(tmp_path: Path) -> None:
+    root = write_tree(tmp_path / "legacy", LEGACY)
     before = snapshot(root)
 
     check = factoryctl("migrate", str(root), "--check")
     dry = factoryctl("migrate", str(root), "--dry-run")
     assert snapshot(root) == before
-    if check.returncode == 0:  # example-factory itself is migrated already: nothing may change
-        assert factoryctl("migrate", str(root)).returncode == 0
-        assert snapshot(root) == before
-        return
     assert (check.returncode, dry.returncode) == (1, 0), check.stderr + dry.stderr
-    assert "legacy format: factory.yaml" in check.stdout
-    assert "would write factory.yaml" in dry.stdout
+    assert check.stdout.splitlines() == [
+        "legacy format: factory.yaml",
+        "legacy format: automations/deploy/automation.md",
+        f"{root} needs migration: factoryctl migrate {root}",
+    ]
+    assert "would write factory.yaml" in dry.stdout.splitlines()
 
     done = factoryctl("migrate", str(root))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1].startswith(f"migrated {root} to v1alpha1")
+    assert done.stdout.splitlines() == [
+        "write agents/foreman/agent.md (new)",
+        "write agents/coder/agent.md (new)",
+        "write agents/tester/agent.md (new)",
+        "write automations/deploy/automation.md",
+        "write factory.yaml",
+        f"migrated {root} to v1alpha1: 5 files written",
+    ]
     after = snapshot(root)
-    factory = yaml_of(after["factory.yaml"].decode())
-    assert factory["schemaVersion"] == "v1alpha1" and "agents" not in factory
-    assert factory["repositories"] == [{"owner": "example", "name": "app"}]
-    assert front(after["agents/foreman/agent.md"].decode())[0]["agentType"] == "FOREMAN"
-    for path, content in before.items():  # untouched files stay byte for byte
-        if not path.startswith(("factory.yaml", "automations/stripe-payment-failed/")):
-            assert after[path] == content, path
-
+    planned = {path: text.encode() for path, text in written(migrate.plan(LEGACY)).items()}
+    assert after == {**before, **planned}  # what the plan says, nothing else
     again = factoryctl("migrate", str(root))
     assert (again.returncode, again.stdout) == (0, f"{root} is already v1alpha1: nothing to do\n")
     assert snapshot(root) == after
     assert factoryctl("migrate", str(root), "--check").returncode == 0
+
+
+def test_the_command_leaves_example_factory_as_it_is(tmp_path: Path) -> None:
+    """example-factory ships in v1alpha1: a copy migrates to itself."""
+    root = tmp_path / "example"
+    shutil.copytree(REPO / "example-factory", root)
+    before = snapshot(root)
+    check = factoryctl("migrate", str(root), "--check")
+    assert (check.returncode, check.stdout) == (0, f"{root} is v1alpha1\n")
+    done = factoryctl("migrate", str(root))
+    assert (done.returncode, done.stdout) == (0, f"{root} is already v1alpha1: nothing to do\n")
+    assert snapshot(root) == before
 
 
 def test_the_command_exits_2_without_a_repository_and_writes_nothing(tmp_path: Path) -> None:
@@ -337,3 +356,63 @@ def test_the_command_exits_2_without_a_repository_and_writes_nothing(tmp_path: P
     assert "--repository owner/name" in done.stderr
     assert snapshot(tmp_path) == {"factory.yaml": b"name: d\n"}
     assert factoryctl("migrate", str(tmp_path), "--repository", "acme/x").returncode == 0
+
+
+# -- the loader reads the migrated tree as the same factory --------------------------------------
+
+
+def migrated_copy(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    files = {p.relative_to(target).as_posix(): p.read_text() for p in target.rglob("*") if p.is_file()}
+    for write in migrate.plan(files).writes:
+        (target / write.path).parent.mkdir(parents=True, exist_ok=True)
+        (target / write.path).write_text(write.text)
+    return target
+
+
+def same_config(old: Mapping[str, Any], new: Mapping[str, Any], inherited: Mapping[str, Any]) -> None:
+    """``new`` holds every key of ``old`` with its value; anything more is what the tree's defaults give
+    (``inherited``) or the oz harness the ``model`` shorthand means."""
+    for key, value in old.items():
+        if key == "base_prompt":
+            assert new[key] == value.strip()
+        else:
+            assert new[key] == value, key
+    for key in set(new) - set(old):
+        if key == "harness":
+            assert new[key] == {"type": "oz"}
+        else:
+            assert new[key] == inherited[key], key
+
+
+def test_the_loader_reads_a_migrated_tree_as_the_same_agents_and_automations(tmp_path: Path) -> None:
+    from reconciler.loader import load
+
+    environment = (
+        LEGACY["environments/backend.yaml"] + "mcpServers:\n  github: {url: 'https://mcp.example.com/gh'}\n"
+    )
+    extra = {"webhooks/hooks.yaml": "secretName: hooks-secret\n", "environments/backend.yaml": environment}
+    source = write_tree(tmp_path / "source", {**LEGACY, **extra})
+    before = load(source)
+    after = load(migrated_copy(source, tmp_path / "migrated"))
+    assert before.ok and after.ok, after.diagnostics
+    assert not after.diagnostics  # not even a deprecation warning
+    assert before.definition is not None and after.definition is not None
+    factory = yaml_of((tmp_path / "migrated" / "factory.yaml").read_text())
+    defaults = factory["agentDefaults"]
+    inherited = {"model_id": defaults["model"], "worker_host": defaults.get("workerHost")}
+    old_agents = {a.name: a for a in before.definition.agents}
+    new_agents = {a.name: a for a in after.definition.agents}
+    assert old_agents.keys() == new_agents.keys()
+    for name, old in old_agents.items():
+        new = new_agents[name]
+        assert (new.agent_type, new.prompt) == (old.agent_type, old.prompt.strip())
+        same_config(old.config, new.config, inherited)
+    old_automations = {a.name: a for a in before.definition.automations}
+    new_automations = {a.name: a for a in after.definition.automations}
+    assert old_automations.keys() == new_automations.keys()
+    for name, old_automation in old_automations.items():
+        new_automation = new_automations[name]
+        assert (new_automation.agent, new_automation.prompt) == (old_automation.agent, old_automation.prompt)
+        assert new_automation.triggers == old_automation.triggers
+        same_config(old_automation.config, new_automation.config, {})
