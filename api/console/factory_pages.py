@@ -16,6 +16,7 @@ from typing import Any, Final
 from aiohttp import web
 from sqlalchemy import select
 
+from api.console.definition_views import load_definitions, trigger_views
 from api.console.rendering import or_404, pretty_json, render, when
 from api.console.security import changing, signed_in
 from api.console.sessions import ConsoleUser
@@ -33,7 +34,7 @@ from api.management.webhooks import add_webhook, load_webhook, remove, rotate, s
 from api.notifications.serialize import endpoint_json
 from api.schedules.serialize import automation_views, schedule_item
 from store.clock import rfc3339
-from store.models import ApplyRecord, Environment, NotificationEndpoint, Schedule
+from store.models import ApplyRecord, Environment, Factory, NotificationEndpoint, Schedule
 from store.rules.vocabulary import SIGNATURE_SCHEMES
 
 NO_WEBHOOK: Final = "No such webhook."
@@ -56,6 +57,11 @@ async def _factory_context(request: web.Request, user: ConsoleUser, uid: str) ->
     async with request.app[SESSIONS]() as session:
         with or_404("No such factory."):
             detail = await factory_detail(session, user.team_id, uid, request.app[SETTINGS].base_url)
+        factory = await session.get(Factory, uid)  # loaded (and its team checked) by factory_detail
+        assert factory is not None
+        definitions = await load_definitions(session, user.team_id, factory)
+        for auto in detail["automations"]:
+            auto["trigger_views"] = trigger_views(auto["triggers"])
         applies = (
             await session.scalars(
                 select(ApplyRecord)
@@ -86,6 +92,7 @@ async def _factory_context(request: web.Request, user: ConsoleUser, uid: str) ->
             "user": user,
             "nav": "factories",
             "f": detail,
+            "defs": definitions,
             "applies": [apply_json(a) for a in applies],
             "environments": [environment_json(e) for e in envs],
             "schedules": [schedule_item(s, views) for s in scheds],

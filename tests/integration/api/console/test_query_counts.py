@@ -16,13 +16,16 @@ from sql_support import statements
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.runs.new_run import NewAttachment
+from store import ids
 from store.clock import SystemClock
 from store.crypto import SecretBox
-from store.models import ApplyRecord
+from store.models import ApplyRecord, FactoryObject
 
 from .support import sign_in
 
 FEW, MANY = 3, 30
+KINDS = {"agent": ids.AGENT, "skill": ids.SKILL, "runner": ids.RUNNER, "scorer": ids.SCORER,
+         "benchmark": ids.BENCHMARK}  # fmt: skip
 
 
 class Scene:
@@ -60,6 +63,14 @@ class Scene:
                     automation=f"auto-{i}",
                 )  # fmt: skip
                 await builders.notification(s, clock, self.team_id, self.factory, f"endpoint-{i}")
+                for kind, prefix in KINDS.items():  # the factory page's definition sections
+                    s.add(
+                        FactoryObject(
+                            uid=ids.new_id(prefix), team_id=self.team_id, factory_uid=self.factory, kind=kind,
+                            name=f"{kind}-{i}", spec={"description": f"{kind} {i}", "agent": "agent-0"},
+                            created_at=clock.now(), updated_at=clock.now(),
+                        )
+                    )  # fmt: skip
                 await builders.api_key(s, clock, self.team_id, "member", name=f"key-{i}")
                 s.add(
                     ApplyRecord(
