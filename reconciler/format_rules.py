@@ -10,9 +10,9 @@ or ``reasoningLevel``, ``managedSecret`` needs ``secretName``, ``workerEnvironme
 fail, suite task lists that do not match the task files (FC066); triggers (FC045, by
 :func:`store.rules.triggers.check_trigger`) and inline schedules (FC073: the cron expression, names).
 
-Warnings, each naming the key: the legacy format and ``config`` (FC090, ``factoryctl migrate``
-rewrites them); keys factoryctl stores but does not act on (FC091); triggers of providers whose events
-factoryctl does not ingest (FC092: "not connected").
+Warnings, each naming the key: the legacy format's ``agents`` and ``workerHost`` (FC090, ``factoryctl
+migrate`` rewrites them; an automation's ``config`` stays accepted); keys factoryctl stores but does not
+act on (FC091); triggers of providers whose events factoryctl does not ingest (FC092: "not connected").
 """
 
 from __future__ import annotations
@@ -267,17 +267,6 @@ def _automation(
     path = f"{definition.root}/{automation.path}"
     front, locations = automation.front_matter, automation.locations
     out: list[Diagnostic] = []
-    if "config" in front:
-        out.append(
-            _at(
-                "FC090",
-                "'config' is factoryctl's legacy spelling (deprecated)",
-                _place(locations, "config", path),
-                "write model, harness, environmentId, workerHost, mcpServers ... as top-level keys"
-                " (factoryctl migrate does it)",
-                warning=True,
-            )
-        )
     agents = {a.name: a for a in definition.agents}
     agent = agents.get(automation.agent)
     inherited = (agent.config.get("worker_host") if agent else None) or None

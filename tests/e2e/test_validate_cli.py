@@ -39,12 +39,12 @@ def validate(
 def test_example_factory_is_valid_in_every_format() -> None:
     text = validate("example-factory")
     assert text.returncode == 0, text.stdout + text.stderr
-    assert text.stdout == "example-factory (example): 11 files, valid\n"
+    assert text.stdout == "example-factory (example): 13 files, valid\n"
     data = json.loads(validate("example-factory", "--format", "json").stdout)
     assert data["valid"] is True
-    assert data["factories"] == [{"path": "example-factory", "name": "example", "files": 11, "errors": []}]
+    assert data["factories"] == [{"path": "example-factory", "name": "example", "files": 13, "errors": []}]
     gh = validate("example-factory", "--format", "github")
-    assert (gh.returncode, gh.stdout) == (0, "factoryctl validate: 11 files in 1 factory, valid\n")
+    assert (gh.returncode, gh.stdout) == (0, "factoryctl validate: 13 files in 1 factory, valid\n")
     sarif = json.loads(validate("example-factory", "--format", "sarif").stdout)
     assert sarif["runs"][0]["results"] == []
 

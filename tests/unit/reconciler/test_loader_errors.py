@@ -28,7 +28,7 @@ def test_example_factory_loads_into_specs() -> None:
     definition = result.definition
     assert definition is not None
     assert definition.factory.name == "example"
-    assert set(definition.factory.agents) == {"foreman", "triage"}
+    assert {a.name for a in definition.agents} == {"foreman", "triage"}
     hooks = {w.name: w for w in definition.webhooks}
     assert set(hooks) == {"github-issues", "stripe-payments", "alerts"}
     assert hooks["github-issues"].auth_mode == "signature"
@@ -52,7 +52,7 @@ def test_example_factory_loads_into_specs() -> None:
         "Europe/Berlin",
     )
     assert schedules["weekly-dependencies"].config["environment_id"] == "example-repo"
-    assert result.files == 11
+    assert result.files == 13
     assert len(definition.content_digest) == 64
 
 

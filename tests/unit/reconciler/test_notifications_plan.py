@@ -49,8 +49,8 @@ def applied(d: FactoryDefinition) -> StoreState:
     )
 
 
-def test_notifications_come_last_with_their_prefix() -> None:
-    assert KIND_ORDER[-2:] == ("schedule", "notification")
+def test_notifications_come_after_schedules_with_their_prefix() -> None:
+    assert KIND_ORDER.index("notification") == KIND_ORDER.index("schedule") + 1
     nightly = ScheduleSpec(name="nightly", path="schedules/nightly.yaml", cron="0 2 * * *", prompt="x")
     d = definition(notification("ops"), notification("alerts"), schedules=(nightly,))
     assert render_text(diff(d, StoreState())) == (

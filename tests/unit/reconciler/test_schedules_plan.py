@@ -51,7 +51,8 @@ def applied(d: FactoryDefinition) -> StoreState:
 
 
 def test_schedules_come_last_with_their_prefix() -> None:
-    assert KIND_ORDER[3:5] == ("automation", "schedule")  # then notifications (test_notifications_plan.py)
+    i = KIND_ORDER.index("automation")  # then notifications (test_notifications_plan.py)
+    assert KIND_ORDER[i : i + 2] == ("automation", "schedule")
     d = definition(
         schedule("nightly", automation="report"), schedule("adhoc"), automations=(automation("report"),)
     )
