@@ -2,7 +2,8 @@
 
 Shape (read by :meth:`factoryctl.worker.job.Job.from_claim` from ``run``)::
 
-    {"run": {run_id, title, prompt, base_prompt?, skill_body?, environment?, agent_config, model_id,
+    {"run": {run_id, title, prompt, base_prompt?, skill_body?, environment?, runner?, skills?,
+             agent_config, model_id,
              attachments: [{file_name, mime_type, data (base64)}], followups: [{followup_id, mode}],
              attempt, worker_host, lease_expires_at, conversation_id, parent_run_id, metadata},
      "lease_seconds": 30, "lease_token": "..."}
@@ -15,11 +16,14 @@ a finished run as a continuation) are appended to the prompt, since a freshly st
 has no other way to see them, and are marked delivered. Their text travels once, in the prompt:
 ``followups`` only names them (docs/workers.md, "Follow-ups").
 
+``runner`` and ``skills`` are the run's definition objects (:mod:`api.claims.definitions`).
+
 ``skill_body`` is the SKILL.md body resolved at run creation; ``environment`` is the run's
 environment spec with team secrets as *names* (``secret_refs``), or ``{"error": ...}`` when it was
-deleted since. Secret values never travel in the claim: the worker resolves them
-(:mod:`factoryctl.worker.resolve`), a self-hosted one through ``POST /workers/runs/{id}/secrets``, which
-answers only the names :func:`run_secret_names` computes from the stored run.
+deleted since. Secret values never travel in the claim: the worker resolves them (the run's own
+``agent_config.secrets`` too; :mod:`factoryctl.worker.resolve`), a self-hosted one through
+``POST /workers/runs/{id}/secrets``, which answers only the names :func:`run_secret_names` computes
+from the stored run.
 
 Runs created without a resolved skill (webhook-started runs: ingress stays free of git I/O) get
 theirs at claim time, in :func:`complete_claim`, *after* the claim's transaction so a slow clone
@@ -37,6 +41,7 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from api.claims.definitions import SKILL_UNAVAILABLE, definition_payload, definition_problem, run_secret_refs
 from api.claims.errors import NotLeaseHolder
 from api.claims.queue import pending_followups, report_state
 from api.runs.prepare import (
@@ -54,7 +59,6 @@ from store.clock import Clock, rfc3339
 from store.models import Environment, Run, RunAttachment, RunFollowup
 from store.secrets import mcp_secret_refs
 
-SKILL_UNAVAILABLE = "skill_unavailable"
 MCP_SERVER_UNAVAILABLE = "mcp_server_unavailable"
 
 
@@ -113,6 +117,7 @@ async def claim_payload(
         body["environment"] = environment_payload(environment, env_id)
     if config.get("mcp_servers"):  # references expanded; commands only from the environment (agent-config.md)
         body["mcp_servers"] = expand_servers(config, environment).servers
+    body.update(await definition_payload(session, run, config))
     return {"run": body, "lease_seconds": lease_seconds, "lease_token": run.lease_token}
 
 
@@ -154,7 +159,8 @@ async def complete_claim(
 
     Returns the payload (with ``skill_body``), or None when the run cannot be handed out: an MCP server
     could not be expanded (FAILED ``mcp_server_unavailable``: a stored command, a reference its environment
-    no longer defines; docs/agent-config.md, "MCP servers"), the skill is unavailable (FAILED
+    no longer defines; docs/agent-config.md, "MCP servers"), its runner or one of its skills no longer
+    exists (FAILED ``runner_unavailable`` / ``skill_unavailable``), the skill is unavailable (FAILED
     ``skill_unavailable``) or ``owner`` lost the lease.
     """
     run, token = payload["run"], payload.get("lease_token")
@@ -162,6 +168,10 @@ async def complete_claim(
     if refused:
         message = f"MCP server {'; '.join(refused)}"
         await _fail(sessions, clock, str(run["run_id"]), owner, token, message, MCP_SERVER_UNAVAILABLE)
+        return None
+    problem = definition_problem(run)  # a runner or skill deleted since the run was queued
+    if problem is not None:
+        await _fail(sessions, clock, str(run["run_id"]), owner, token, *problem)
         return None
     config = run.get("agent_config") or {}
     spec = config.get("skill_spec")
@@ -243,12 +253,14 @@ async def _fail(
 
 async def run_secret_names(session: AsyncSession, run: Run) -> list[str]:
     """Every team secret the run references: its MCP servers' ``secret:NAME`` values (as the claim expands
-    them) and its environment's
-    ``secrets`` (as the environment is now). Computed from the store, never from a request; which of
-    them a worker may read is :func:`store.secrets.reveal_for_run`'s rule (``run`` scope only)."""
+    them), its environment's ``secrets`` (as the environment is now) and its own ``secrets`` and managed
+    harness auth (:func:`api.claims.definitions.run_secret_refs`). Computed from the store, never from a
+    request; which of them a worker may read is :func:`store.secrets.reveal_for_run`'s rule (``run`` scope
+    only)."""
     config = run.agent_config or {}
     environment = await _run_environment(session, run.team_id, config)  # read once, for both
     names = {name for _field, name in mcp_secret_refs(expand_servers(config, environment).servers)}
     if environment is not None:
         names.update(n for n in (environment.spec or {}).get("secrets") or [] if isinstance(n, str))
+    names.update(run_secret_refs(config))
     return sorted(names)

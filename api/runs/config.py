@@ -38,7 +38,9 @@ CONFIG_KEYS = (
     "mcp_servers",
     "harness",
 )
-HARNESS_TYPES = ("echo", "command")
+# Keys only definitions set (an automation, its agent), never a run request (docs/agent-config.md).
+DEFINITION_KEYS = ("runner", "secrets", "skills")
+HARNESS_TYPES = ("oz", "echo", "command")  # oz: the worker's default harness (the SDKs' default)
 SERVICE_HOSTED = "warp"  # the literal worker_host that means "service-hosted workers"
 
 _SHORT_KEYS = {"name": 200, "model_id": 200, "environment_id": 200, "worker_host": 200}
@@ -53,16 +55,40 @@ def resolve_config(
     agent_defaults: Mapping[str, Any] | None,
     server_defaults: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """The effective config: for each known key, the first layer that sets it (non-null) wins."""
+    """The effective config: for each known key, the first layer that sets it (non-null) wins.
+
+    ``harness`` merges field by field, from the lowest layer up: a layer's fields override the ones below,
+    and a layer naming another ``type`` starts afresh (drops the inherited ``auth`` and ``reasoning_level``)
+    (docs/definitions.md, "Inheritance"). :data:`DEFINITION_KEYS` come from the lower layers only: a run
+    request cannot set them (its validation refuses them too).
+    """
     layers = [layer for layer in (request, automation, agent_defaults, server_defaults) if layer]
+    defined = [layer for layer in (automation, agent_defaults, server_defaults) if layer]
     resolved: dict[str, Any] = {}
-    for key in CONFIG_KEYS:
-        for layer in layers:
-            value = layer.get(key)
-            if value is not None:
-                resolved[key] = _copy(value)
-                break
+    for keys, among in ((CONFIG_KEYS, layers), (DEFINITION_KEYS, defined)):
+        for key in keys:
+            for layer in among:
+                value = layer.get(key)
+                if value is not None:
+                    resolved[key] = _copy(value)
+                    break
+    harness = merged_harness(layers)
+    if harness:
+        resolved["harness"] = harness
     return resolved
+
+
+def merged_harness(layers: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``harness`` of ``layers`` (highest first) merged field by field; ``{}`` when none sets one."""
+    merged: dict[str, Any] = {}
+    for layer in reversed(layers):
+        harness = layer.get("harness")
+        if not isinstance(harness, Mapping):
+            continue
+        if harness.get("type") not in (None, merged.get("type")):
+            merged = {}  # another harness: the inherited auth and reasoning level were for the old one
+        merged.update({k: _copy(v) for k, v in harness.items() if v is not None})
+    return merged
 
 
 def automation_config(
@@ -192,7 +218,7 @@ def _check_harness(value: Any, where: str) -> list[dict[str, Any]]:
     if value is None:
         return []
     if not isinstance(value, Mapping):
-        return [field_error(where, "must be an object {type: echo|command}")]
+        return [field_error(where, "must be an object {type: oz|echo|command}")]
     errors = [
         field_error(f"{where}.{key}", "unknown harness key; allowed: type") for key in value if key != "type"
     ]

@@ -14,9 +14,14 @@ Exception tree (:mod:`factoryctl.worker.errors`)::
     WorkerError
     ├── InvalidClaim             a claim payload cannot be turned into a Job
     ├── HarnessError             a harness is misconfigured (unknown type, missing command)
+    │   └── HarnessUnavailable   the run asks for a harness this worker does not offer; FAILED
+    │                            ``harness_unavailable``
+    ├── RunnerUnavailable        the run's runner cannot run here (macOS) or is gone; FAILED
+    │                            ``runner_unavailable``
     ├── WorkspaceError           the run workspace cannot be created or written
     ├── EnvironmentSetupFailed   cloning a repository or a setup command failed; the run is FAILED
-    │                            with ``error_code`` ``environment_setup_failed``
+    │   │                        with ``error_code`` ``environment_setup_failed``
+    │   └── RunnerSetupFailed    a runner's setup command failed; FAILED ``runner_setup_failed``
     ├── SandboxUnavailable       the run needs the sandbox this worker must use and none works
     │                            here; the run is FAILED with ``error_code`` ``sandbox_unavailable``
     ├── LeaseLost                the server no longer lets this worker act on the run (404/409):
@@ -32,8 +37,11 @@ from __future__ import annotations
 from factoryctl.worker.errors import (
     EnvironmentSetupFailed,
     HarnessError,
+    HarnessUnavailable,
     InvalidClaim,
     LeaseLost,
+    RunnerSetupFailed,
+    RunnerUnavailable,
     SandboxUnavailable,
     WorkerError,
     WorkerRefused,
@@ -43,8 +51,11 @@ from factoryctl.worker.errors import (
 __all__ = [
     "EnvironmentSetupFailed",
     "HarnessError",
+    "HarnessUnavailable",
     "InvalidClaim",
     "LeaseLost",
+    "RunnerSetupFailed",
+    "RunnerUnavailable",
     "SandboxUnavailable",
     "WorkerError",
     "WorkerRefused",

@@ -27,13 +27,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import safegit
-from factoryctl.worker import EnvironmentSetupFailed, InvalidClaim
+from factoryctl.worker import EnvironmentSetupFailed, InvalidClaim, RunnerSetupFailed
 from factoryctl.worker.harness import (
     DEFAULT_GRACE_SECONDS,
     OutputCallback,
@@ -107,24 +108,87 @@ async def prepare_environment(
     env.update(spec["env"])
     env.update(spec["secrets"])
     commands: list[str] = spec["setup"]
-    for index, command in enumerate(commands, 1):
-        await emit("system", f"setup {index}/{len(commands)}: {command}")
-        code = await _run_setup(command, workspace, env, remaining(), grace_seconds, emit, tail, sandbox)
-        if code is None:
-            raise EnvironmentSetupFailed(
-                f"environment setup timed out after {timeout_seconds:g}s (setup command {index})", tail.text()
-            )
-        if code < 0:
-            raise EnvironmentSetupFailed(f"setup command {index} was killed by signal {-code}", tail.text())
-        if code != 0:
-            raise EnvironmentSetupFailed(f"setup command {index} exited with status {code}", tail.text())
+    await _run_commands(
+        commands, workspace, env, (remaining, timeout_seconds), grace_seconds, emit, tail, sandbox, _SETUP
+    )
     return cloned
 
 
+@dataclass(frozen=True)
+class _Kind:
+    """Whose setup commands run: their log prefix, the words of a timeout and the error they raise."""
+
+    label: str
+    what: str
+    failure: type[EnvironmentSetupFailed]
+
+
+_SETUP = _Kind("setup", "environment setup", EnvironmentSetupFailed)
+_RUNNER = _Kind("runner setup", "runner setup", RunnerSetupFailed)
+
+
+async def run_runner_setup(
+    commands: Sequence[str],
+    workspace: Path,
+    env: Mapping[str, str],
+    *,
+    secrets: Sequence[str] = (),
+    timeout_seconds: float = DEFAULT_SETUP_TIMEOUT_SECONDS,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    on_output: OutputCallback | None = None,
+    sandbox: Sandbox | None = None,
+) -> None:
+    """A runner's ``setup_commands``, exactly as an environment's ``setup`` runs (the same shell, process
+    group, sandbox and output), within ``timeout_seconds``; raises :class:`RunnerSetupFailed`."""
+    emit = RedactingEmitter(on_output, secrets)
+    tail = OutputTail(OUTPUT_TAIL_CHARS, secrets)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_seconds
+
+    def remaining() -> float:
+        left = deadline - loop.time()
+        if left <= 0:
+            raise RunnerSetupFailed(f"runner setup timed out after {timeout_seconds:g}s", tail.text())
+        return left
+
+    budget = (remaining, timeout_seconds)
+    await _run_commands(list(commands), workspace, env, budget, grace_seconds, emit, tail, sandbox, _RUNNER)
+
+
+async def _run_commands(
+    commands: list[str],
+    workspace: Path,
+    env: Mapping[str, str],
+    budget: tuple[Callable[[], float], float],
+    grace_seconds: float,
+    emit: RedactingEmitter,
+    tail: OutputTail,
+    sandbox: Sandbox | None,
+    kind: _Kind,
+) -> None:
+    """Run ``commands`` in order; ``budget``: the seconds left (raises at the deadline) and the total."""
+    remaining, total = budget
+    for index, command in enumerate(commands, 1):
+        await emit("system", f"{kind.label} {index}/{len(commands)}: {command}")
+        left = remaining()
+        code = await _run_setup(
+            command, workspace, env, left, grace_seconds, emit, tail, sandbox, kind.failure
+        )
+        if code is None:
+            raise kind.failure(
+                f"{kind.what} timed out after {total:g}s ({kind.label} command {index})", tail.text()
+            )
+        if code < 0:
+            raise kind.failure(f"{kind.label} command {index} was killed by signal {-code}", tail.text())
+        if code != 0:
+            raise kind.failure(f"{kind.label} command {index} exited with status {code}", tail.text())
+
+
 def setup_failure_outcome(exc: EnvironmentSetupFailed) -> Outcome:
-    """The run outcome for a failed preparation: FAILED, ``environment_setup_failed``, with the tail."""
+    """The run outcome for a failed preparation: FAILED, ``environment_setup_failed`` (a runner's:
+    ``runner_setup_failed``), with the tail."""
     message = f"{exc.message}\n{exc.output_tail}" if exc.output_tail else exc.message
-    return Outcome.failed(message, EnvironmentSetupFailed.error_code)
+    return Outcome.failed(message, exc.error_code)
 
 
 def repo_destination(workspace: Path, url: str, path: str | None) -> Path:
@@ -195,6 +259,7 @@ async def _run_setup(
     emit: RedactingEmitter,
     tail: OutputTail,
     sandbox: Sandbox | None,
+    failure: type[EnvironmentSetupFailed] = EnvironmentSetupFailed,
 ) -> int | None:
     """Run one setup command; its exit status, or None when it timed out (its group is killed)."""
     try:
@@ -208,7 +273,7 @@ async def _run_setup(
             stderr=asyncio.subprocess.STDOUT,
         )
     except OSError as exc:
-        raise EnvironmentSetupFailed(f"cannot start bash for setup: {exc}", tail.text()) from exc
+        raise failure(f"cannot start bash for setup: {exc}", tail.text()) from exc
     assert proc.stdout is not None
     pump = asyncio.create_task(pump_lines(proc.stdout, "stdout", emit, tail))
     stopped = False

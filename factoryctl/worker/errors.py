@@ -19,6 +19,20 @@ class HarnessError(WorkerError):
     """A harness is misconfigured (unknown type, missing command)."""
 
 
+class HarnessUnavailable(HarnessError):
+    """The run asks for a harness this worker does not offer (``claude``, ``codex``, ``gemini``): the run
+    ends FAILED ``harness_unavailable`` before anything of it starts."""
+
+    error_code = "harness_unavailable"
+
+
+class RunnerUnavailable(WorkerError):
+    """The run's runner cannot run on this worker (a macOS runner on a Linux worker) or no longer exists:
+    the run ends FAILED ``runner_unavailable`` before anything of it starts."""
+
+    error_code = "runner_unavailable"
+
+
 class WorkspaceError(WorkerError):
     """The run workspace cannot be created or written."""
 
@@ -32,6 +46,13 @@ class EnvironmentSetupFailed(WorkerError):
         self.message = message
         self.output_tail = output_tail
         super().__init__(message)
+
+
+class RunnerSetupFailed(EnvironmentSetupFailed):
+    """A setup command of the run's runner failed (after the environment's own setup): FAILED
+    ``runner_setup_failed``, with the output tail like an environment's."""
+
+    error_code = "runner_setup_failed"
 
 
 class SandboxUnavailable(WorkerError):
@@ -56,8 +77,11 @@ class WorkerRefused(WorkerError):
 __all__ = [
     "EnvironmentSetupFailed",
     "HarnessError",
+    "HarnessUnavailable",
     "InvalidClaim",
     "LeaseLost",
+    "RunnerSetupFailed",
+    "RunnerUnavailable",
     "SandboxUnavailable",
     "WorkerError",
     "WorkerRefused",

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import os
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,13 +26,22 @@ from typing import Any, Protocol
 from factoryctl.worker.environment import (
     DEFAULT_SETUP_TIMEOUT_SECONDS,
     prepare_environment,
+    run_runner_setup,
     setup_failure_outcome,
 )
-from factoryctl.worker.errors import EnvironmentSetupFailed, InvalidClaim, SandboxUnavailable, WorkerError
+from factoryctl.worker.errors import (
+    EnvironmentSetupFailed,
+    HarnessUnavailable,
+    InvalidClaim,
+    RunnerUnavailable,
+    SandboxUnavailable,
+    WorkerError,
+)
 from factoryctl.worker.errors import LeaseLost as LeaseLost  # re-exported: channels raise it from here
 from factoryctl.worker.harness import CommandHarness, Harness, OutputCallback, RedactingEmitter, harness_for
 from factoryctl.worker.job import Job, Outcome, redact
 from factoryctl.worker.resolve import SecretSource, resolve_claim
+from factoryctl.worker.runner import check_runner, runner_notes
 from factoryctl.worker.sandbox import Sandbox, sandbox_for
 from factoryctl.worker.workspace import create_workspace, remove_workspace
 
@@ -173,6 +183,7 @@ async def execute(
         cancel.set()
     buffer = LogBuffer()
     try:
+        check_runner(job)
         harness = harness_for(job.agent_config, settings.harness, settings.command, env=settings.harness_env)
         sandbox = await sandbox_for(
             job,
@@ -182,7 +193,7 @@ async def execute(
         )
         if isinstance(harness, CommandHarness):
             harness.sandbox = sandbox  # decided once the harness type is known
-    except SandboxUnavailable as exc:
+    except (SandboxUnavailable, RunnerUnavailable, HarnessUnavailable) as exc:
         return await _finish(job, channel, buffer, Outcome.failed(str(exc), exc.error_code))
     except WorkerError as exc:
         return await _finish(job, channel, buffer, Outcome.error(str(exc), "harness_unavailable"))
@@ -283,14 +294,36 @@ async def _run_in_workspace(
     except WorkerError as exc:
         return Outcome.error(str(exc), "workspace_unavailable", retryable=True)
     try:
+        # Setup commands can read .mcp.json: its secrets are redacted like the environment's.
+        secrets = job.secret_values()
+        emit = RedactingEmitter(on_output, secrets)
+        base = {**(os.environ if settings.harness_env is None else settings.harness_env), **job.run_secrets}
         if job.environment:
-            # Setup commands can read .mcp.json: its secrets are redacted like the environment's.
-            secrets = job.secret_values()
-            prepared = await _prepare(
-                job.environment, path, settings, cancel, RedactingEmitter(on_output, secrets), sandbox
+            timeout = job.environment.get("setup_timeout_seconds") or DEFAULT_SETUP_TIMEOUT_SECONDS
+            setup = prepare_environment(
+                job.environment,
+                path,
+                base_env=base,
+                timeout_seconds=timeout,
+                on_output=emit,
+                sandbox=sandbox,
+                guarded=settings.guarded,
             )
+            prepared = await _until_cancelled(setup, cancel)
             if prepared is not None:
                 return _redacted(prepared, secrets)
+        if job.runner is not None:
+            for note in runner_notes(job.runner):
+                await emit("system", note)
+            commands = job.runner["setup_commands"]
+            if commands:
+                env = {**base, **job.environment_variables()}
+                runner = run_runner_setup(
+                    commands, path, env, secrets=secrets, on_output=emit, sandbox=sandbox
+                )
+                prepared = await _until_cancelled(runner, cancel)
+                if prepared is not None:
+                    return _redacted(prepared, secrets)
         return await harness.run(job, path, cancel=cancel, on_output=on_output)
     finally:
         if not settings.keep_workspace:
@@ -307,27 +340,10 @@ def _redacted(outcome: Outcome, secrets: Iterable[str]) -> Outcome:
     return Outcome(outcome.state, {**message, "message": redact(message["message"], secrets)})
 
 
-async def _prepare(
-    environment: Mapping[str, Any],
-    path: Path,
-    settings: ExecutionSettings,
-    cancel: asyncio.Event,
-    on_output: OutputCallback,
-    sandbox: Sandbox | None,
-) -> Outcome | None:
-    """Prepare the environment; an outcome when the run must end here (failed or cancelled)."""
-    timeout = environment.get("setup_timeout_seconds") or DEFAULT_SETUP_TIMEOUT_SECONDS
-    task = asyncio.create_task(
-        prepare_environment(
-            environment,
-            path,
-            base_env=settings.harness_env,
-            timeout_seconds=timeout,
-            on_output=on_output,
-            sandbox=sandbox,
-            guarded=settings.guarded,
-        )
-    )
+async def _until_cancelled(setup: Coroutine[Any, Any, object], cancel: asyncio.Event) -> Outcome | None:
+    """Run a preparation step (an environment's or a runner's setup); an outcome when the run must end
+    here (it failed, or ``cancel`` was set: the running command's process group is killed)."""
+    task = asyncio.ensure_future(setup)
     cancelled = asyncio.create_task(cancel.wait())
     try:
         await asyncio.wait({task, cancelled}, return_when=asyncio.FIRST_COMPLETED)

@@ -38,10 +38,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from factoryctl.worker import HarnessError
+from factoryctl.worker import HarnessError, HarnessUnavailable
 from factoryctl.worker.job import Job, Outcome, redact
 from factoryctl.worker.sandbox import Sandbox, start_process
-from factoryctl.worker.workspace import PROMPT_FILE, RESULT_FILE, replace_file, write_missing
+from factoryctl.worker.workspace import PROMPT_FILE, RESULT_FILE, SKILLS_DIR, replace_file, write_missing
 
 OutputCallback = Callable[[str, str], Awaitable[None]]
 """``on_output(stream, line)``: stream is ``stdout``, ``stderr`` or ``system``; line has no newline."""
@@ -49,6 +49,8 @@ OutputCallback = Callable[[str, str], Awaitable[None]]
 DEFAULT_GRACE_SECONDS = 5.0
 STDERR_TAIL_CHARS = 1024
 HARNESS_TYPES = ("echo", "command")
+DEFAULT_TYPE = "oz"  # the definitions' and SDKs' default: this worker's own harness (--harness)
+NOT_OFFERED = ("claude", "codex", "gemini")  # valid harness types this worker does not run (yet)
 
 ECHO_FAIL_MARKER = "[echo:fail]"
 _ECHO_SLEEP = re.compile(r"\[echo:sleep=(\d+(?:\.\d+)?)\]")
@@ -147,6 +149,9 @@ class CommandHarness:
             env["FACTORY_MODEL_ID"] = job.model_id
         env["FACTORY_WORKSPACE"] = str(workspace)
         env["FACTORY_PROMPT_FILE"] = str(workspace / PROMPT_FILE)
+        env.pop("FACTORY_SKILLS_DIR", None)
+        if job.skills:
+            env["FACTORY_SKILLS_DIR"] = str(workspace.joinpath(*SKILLS_DIR.split("/")))
         return env
 
     async def run(
@@ -217,16 +222,23 @@ def harness_for(
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     sandbox: Sandbox | None = None,
 ) -> Harness:
-    """The harness for a run: ``config["harness"]["type"]`` (echo|command) over the worker's default.
+    """The harness for a run: ``config["harness"]["type"]`` (echo|command; ``oz`` is ``default``) over
+    the worker's default.
 
     A run may choose the type, never the command: the command is the worker's own (``--command``),
     run inside ``sandbox`` when given.
-    Raises :class:`HarnessError` for an unknown type or ``command`` chosen with no command configured.
+    Raises :class:`HarnessUnavailable` for ``claude``, ``codex`` or ``gemini``, :class:`HarnessError` for
+    an unknown type or ``command`` chosen with no command configured.
     """
     chosen = default
     wanted = config.get("harness")
-    if isinstance(wanted, Mapping) and wanted.get("type"):
+    if isinstance(wanted, Mapping) and wanted.get("type") and wanted["type"] != DEFAULT_TYPE:
         chosen = str(wanted["type"])
+    if chosen in NOT_OFFERED:
+        raise HarnessUnavailable(
+            f"the run asks for the {chosen!r} harness, which this worker does not offer: it offers "
+            f"{' and '.join(HARNESS_TYPES)} (harness type 'oz' is its default, {default!r})"
+        )
     if chosen == "echo":
         return EchoHarness()
     if chosen == "command":

@@ -18,8 +18,14 @@ Claim payload read by :meth:`Job.from_claim` (unknown keys are ignored)::
                       "env": {k: v}, "secrets": {ENV_NAME: value},
                       "setup_timeout_seconds": 900},
       "timeout_seconds": 3600,
-      "secret_values": ["..."]                   # every resolved secret value, to redact
+      "secret_values": ["..."],                  # every resolved secret value, to redact
+      "run_secrets": {ENV_NAME: value},          # the config's own secrets, resolved (resolve.py)
+      "runner": {"name", "setup_commands": [str], "instance_shape"?, "platform"?, "error"?},
+      "skills": [{"name", "skill_name", "description", "body", "front_matter"}]
     }
+
+A skill's ``skill_name`` becomes a directory name in the workspace, so anything but a plain path segment
+is refused (:class:`InvalidClaim`).
 
 When any of ``base_prompt``, ``skill_body`` or ``envelope`` is present at the top level, the job's
 prompt is :func:`assemble_prompt` of them around ``prompt``; otherwise ``prompt`` is used as is
@@ -42,6 +48,7 @@ from factoryctl.worker.masking import mask
 OutcomeState = Literal["SUCCEEDED", "FAILED", "CANCELLED", "ERROR"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 
 
 def assemble_prompt(
@@ -83,6 +90,9 @@ class Job:
     environment: dict[str, Any] | None = None
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     timeout_seconds: float | None = None
+    runner: dict[str, Any] | None = None
+    skills: list[dict[str, Any]] = field(default_factory=list)
+    run_secrets: dict[str, str] = field(default_factory=dict, repr=False)  # the config's own, by variable
     # resolved secret values beyond the environment's (MCP env/headers); never in a repr
     redacted: tuple[str, ...] = field(default=(), repr=False)
 
@@ -124,20 +134,25 @@ class Job:
             environment=environment,
             mcp_servers={str(k): dict(v) for k, v in servers.items()},
             timeout_seconds=float(timeout) if timeout is not None else None,
+            runner=parse_runner(payload["runner"]) if payload.get("runner") is not None else None,
+            skills=[parse_skill(s, i) for i, s in enumerate(_list(payload.get("skills"), "skills"))],
+            run_secrets=_string_map(payload.get("run_secrets"), "run_secrets"),
             redacted=tuple(redacted),
         )
 
     def environment_variables(self) -> dict[str, str]:
-        """The environment's ``env`` plus its resolved ``secrets`` (a secret wins over a plain var)."""
-        if not self.environment:
-            return {}
-        env = {str(k): str(v) for k, v in (self.environment.get("env") or {}).items()}
-        env.update({str(k): str(v) for k, v in (self.environment.get("secrets") or {}).items()})
+        """The environment's ``env``, its resolved ``secrets``, then the run's own secrets (a secret wins
+        over a plain variable)."""
+        env: dict[str, str] = {}
+        if self.environment:
+            env.update({str(k): str(v) for k, v in (self.environment.get("env") or {}).items()})
+            env.update({str(k): str(v) for k, v in (self.environment.get("secrets") or {}).items()})
+        env.update(self.run_secrets)
         return env
 
     def secret_values(self) -> list[str]:
-        """Values to redact from any output this run produces: environment and MCP secrets."""
-        values = set(self.redacted)
+        """Values to redact from any output this run produces: environment, run and MCP secrets."""
+        values = set(self.redacted) | set(self.run_secrets.values())
         if self.environment:
             values.update(str(v) for v in (self.environment.get("secrets") or {}).values())
         return sorted(values)
@@ -173,6 +188,46 @@ def parse_environment(value: Any) -> dict[str, Any]:
             raise InvalidClaim("environment.setup_timeout_seconds must be a positive number")
         out["setup_timeout_seconds"] = float(timeout)
     return out
+
+
+def parse_runner(value: Any) -> dict[str, Any]:
+    """The run's runner (``runners/<name>.yaml``, docs/workers.md "Runners"); ``error``: it is gone."""
+    runner = _mapping(value, "runner")
+    name = runner.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidClaim("runner.name must be a non-empty string")
+    commands = _list(runner.get("setup_commands"), "runner.setup_commands")
+    if not all(isinstance(c, str) for c in commands):
+        raise InvalidClaim("runner.setup_commands must be a list of strings")
+    out: dict[str, Any] = {
+        "name": name,
+        "setup_commands": list(commands),
+        "instance_shape": dict(_mapping(runner.get("instance_shape"), "runner.instance_shape")) or None,
+        "platform": dict(_mapping(runner.get("platform"), "runner.platform")) or None,
+    }
+    if runner.get("error"):
+        out["error"] = str(runner["error"])
+    return out
+
+
+def parse_skill(value: Any, index: int) -> dict[str, Any]:
+    """One skill of the run; its ``skill_name`` names a workspace directory, so it must be one plain
+    path segment (no ``/``, not ``.`` or ``..``), whatever the store says."""
+    skill = _mapping(value, f"skills[{index}]")
+    if skill.get("error"):
+        raise InvalidClaim(f"skills[{index}]: {skill['error']}")
+    skill_name = skill.get("skill_name")
+    if not isinstance(skill_name, str) or not _SEGMENT.fullmatch(skill_name) or skill_name in (".", ".."):
+        raise InvalidClaim(f"skills[{index}].skill_name {skill_name!r} is not a plain directory name")
+    body = _optional_str(skill.get("body"), f"skills[{index}].body") or ""
+    description = skill.get("description")
+    return {
+        "name": str(skill.get("name") or skill_name),
+        "skill_name": skill_name,
+        "description": description if isinstance(description, str) else None,
+        "body": body,
+        "front_matter": dict(_mapping(skill.get("front_matter"), f"skills[{index}].front_matter")),
+    }
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """Worker-side resolution of a claimed run's secret references (docs/agent-config.md).
 
 The claim answer names secrets but never carries their values: the environment lists
-``secret_refs`` (team secret names) and MCP ``env``/``headers`` values may be ``secret:NAME``.
+``secret_refs`` (team secret names), MCP ``env``/``headers`` values may be ``secret:NAME``, and the run's
+own config grants ``secrets`` (and ``harness.auth.secret_name`` when ``harness.auth.source`` is
+``managedSecret``), which become variables of its setup commands and harness (``run_secrets``).
 :func:`resolve_claim` turns them into concrete values right before the job is built, inside the
 worker, through a :class:`SecretSource`. The values then live only in the worker's memory, the
 harness environment and the 0600 ``.mcp.json``; the run API never returns them.
@@ -29,6 +31,7 @@ from typing import Any, Protocol
 from factoryctl.worker import EnvironmentSetupFailed
 
 SECRET_PREFIX = "secret:"  # noqa: S105 - a reference prefix, not a secret
+MANAGED_SECRET = "managedSecret"  # noqa: S105 - the harness auth source's name, not a secret
 
 
 class SecretSource(Protocol):
@@ -89,7 +92,23 @@ def secret_refs(run: Mapping[str, Any]) -> list[str]:
         names.update(str(n) for n in environment.get("secret_refs") or [] if isinstance(n, str))
     for _server, _key, _var, ref in _mcp_refs(_mcp_servers(run)):
         names.add(ref)
+    names.update(run_secret_names(run))
     return sorted(names)
+
+
+def run_secret_names(run: Mapping[str, Any]) -> list[str]:
+    """The secrets the run's config grants it: ``secrets``, then a ``managedSecret`` harness auth's."""
+    config = run.get("agent_config")
+    if not isinstance(config, Mapping):
+        return []
+    names = [n for n in config.get("secrets") or [] if isinstance(n, str) and n]
+    harness = config.get("harness")
+    auth = harness.get("auth") if isinstance(harness, Mapping) else None
+    if isinstance(auth, Mapping) and auth.get("source") == MANAGED_SECRET:
+        secret = auth.get("secret_name")
+        if isinstance(secret, str) and secret:
+            names.append(secret)
+    return list(dict.fromkeys(names))
 
 
 async def resolve_claim(run: Mapping[str, Any], source: SecretSource) -> dict[str, Any]:
@@ -113,6 +132,7 @@ async def resolve_claim(run: Mapping[str, Any], source: SecretSource) -> dict[st
         for server, key, var, ref in _mcp_refs(servers):
             resolved[server][key][var] = values[ref]
         out["mcp_servers"] = resolved
+    out["run_secrets"] = {env_var_name(n): values[n] for n in run_secret_names(out)}
     out["secret_values"] = sorted(set(values.values()))
     return out
 

@@ -210,6 +210,8 @@ def run_controlled(job: Job, *, command_harness: bool) -> list[str]:
     found = []
     if job.environment and job.environment.get("setup"):
         found.append("environment setup commands")
+    if job.runner and job.runner.get("setup_commands"):
+        found.append("runner setup commands")
     if any("command" in server for server in job.mcp_servers.values()):
         found.append("stdio MCP servers")
     if command_harness:

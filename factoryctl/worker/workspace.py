@@ -6,7 +6,9 @@ Layout of ``<base>/<run_id>-<random>/``:
   with another attachment or a reserved file gets a ``-1``, ``-2``... suffix before its extension;
 - ``PROMPT.md``: the assembled prompt (also fed on stdin by the command harness);
 - ``.mcp.json``: ``{"mcpServers": {name: {...}}}``, the shape Claude Code-style CLIs read, when the
-  run has MCP servers (mode 0600: resolved headers and env may hold secrets).
+  run has MCP servers (mode 0600: resolved headers and env may hold secrets);
+- ``.factory/skills/<skill_name>/SKILL.md``: the run's skills (:func:`skill_text`), when it has any;
+  the harness finds them through ``FACTORY_SKILLS_DIR``. Environment repositories are cloned beside it.
 
 Attachment names come from webhook senders and API callers, so they are never trusted as paths.
 """
@@ -30,11 +32,13 @@ from factoryctl.worker.job import Job
 PROMPT_FILE = "PROMPT.md"
 MCP_CONFIG_FILE = ".mcp.json"
 RESULT_FILE = "RESULT.md"
-RESERVED_NAMES = frozenset({PROMPT_FILE, MCP_CONFIG_FILE})
+SKILLS_DIR = ".factory/skills"
+RESERVED_NAMES = frozenset({PROMPT_FILE, MCP_CONFIG_FILE, ".factory"})
 DEFINED_BY = "environment"  # on a command server of the claim: the environment that defined it
 MAX_NAME_BYTES = 200
 
 _UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_PLAIN_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
 def safe_file_name(name: str, *, fallback: str = "attachment") -> str:
@@ -120,12 +124,47 @@ def create_workspace(base_dir: Path, job: Job) -> Path:
         if job.mcp_servers:
             config = json.dumps(mcp_config(job.mcp_servers), indent=2, sort_keys=True)
             _write_new(path / MCP_CONFIG_FILE, config.encode(), mode=0o600)
+        write_skills(path, job.skills)
     except BaseException as exc:
         remove_workspace(path)
         if isinstance(exc, OSError):
             raise WorkspaceError(f"cannot write the workspace {path}: {exc}") from exc
         raise
     return path
+
+
+def write_skills(workspace: Path, skills: Sequence[Mapping[str, Any]]) -> Path | None:
+    """Write each skill as ``<workspace>/.factory/skills/<skill_name>/SKILL.md``; the directory, or None.
+
+    Two skills of one ``skill_name`` (a factory-wide skill and the agent's own of that name): the later
+    one in the run's list, the agent's own, wins. ``skill_name`` was checked to be one plain path segment
+    (:func:`factoryctl.worker.job.parse_skill`) and is checked again here.
+    """
+    if not skills:
+        return None
+    by_name = {str(s["skill_name"]): s for s in skills}
+    root = workspace.joinpath(*SKILLS_DIR.split("/"))
+    root.mkdir(parents=True)
+    for name, skill in by_name.items():
+        if safe_file_name(name, fallback="") != name or name.startswith("."):
+            raise WorkspaceError(f"skill name {name!r} is not a plain directory name")
+        (root / name).mkdir()
+        _write_new(root / name / "SKILL.md", skill_text(skill).encode())
+    return root
+
+
+def skill_text(skill: Mapping[str, Any]) -> str:
+    """A ``SKILL.md``: front matter (the stored keys, ``name`` and ``description`` from the skill), then
+    the body. Values are written as JSON, which YAML reads as the same strings, lists and maps."""
+    front = {**dict(skill.get("front_matter") or {}), "name": skill["skill_name"]}
+    if skill.get("description"):
+        front["description"] = skill["description"]
+    lines = [f"{_yaml_key(str(k))}: {json.dumps(v, ensure_ascii=False)}" for k, v in front.items()]
+    return "---\n" + "\n".join(lines) + "\n---\n\n" + str(skill.get("body") or "").strip("\n") + "\n"
+
+
+def _yaml_key(key: str) -> str:
+    return key if _PLAIN_KEY.fullmatch(key) else json.dumps(key)
 
 
 def remove_workspace(path: Path) -> None:
