@@ -463,6 +463,7 @@ class Run(Base):
     run_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     factory_uid: Mapped[str | None] = mapped_column(String(40))
     automation_id: Mapped[str | None] = mapped_column(String(40))
+    agent: Mapped[str | None] = mapped_column(String(200))  # the factory agent it runs as (definitions' runs)
     webhook_uid: Mapped[str | None] = mapped_column(String(40))
     delivery_id: Mapped[str | None] = mapped_column(String(300))
     conversation_id: Mapped[str | None] = mapped_column(String(100))

@@ -30,10 +30,22 @@ from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_PROMPT, MAX_TITLE, validate_metadata
 from api.runs.routes import creator_of
 from store import ids
-from store.models import ApplyRecord, Automation, Factory, Webhook
+from store.models import ApplyRecord, Automation, Factory, FactoryObject, Webhook
 from store.rules.vocabulary import RunSource
 
-FOREMAN = "foreman"
+FOREMAN = "foreman"  # the foreman of a legacy or API-created factory
+
+
+async def foreman_of(session: AsyncSession, factory: Factory) -> str:
+    """The name of the factory's foreman: its agent whose type is FOREMAN (docs/definitions.md), else the
+    agent called ``foreman`` (legacy trees and API-created factories)."""
+    stmt = select(FactoryObject.name, FactoryObject.spec).where(
+        FactoryObject.factory_uid == factory.uid, FactoryObject.kind == "agent"
+    )
+    for name, spec in await session.execute(stmt):
+        if isinstance(spec, dict) and spec.get("agent_type") == "FOREMAN":
+            return str(name)
+    return FOREMAN
 MAX_NAME = 200
 
 
@@ -169,12 +181,13 @@ async def dispatch_factory_run(request: web.Request) -> web.Response:
     async with sessions(request)() as session, session.begin():
         factory = await load_factory(session, who.team_id, request.match_info["uid"])
         agents = factory.agents or {}
-        defaults = agents.get(FOREMAN) if isinstance(agents.get(FOREMAN), dict) else None
+        foreman = await foreman_of(session, factory)
+        defaults = agents.get(foreman) if isinstance(agents.get(foreman), dict) else None
         config = resolve_config(None, None, defaults, None)
-        if factory.worker_host:
+        if factory.worker_host and not config.get("worker_host"):
             config["worker_host"] = factory.worker_host
         config = await finalize_config(
-            session, request.app[SKILLS], who.team_id, config, field=f"agents.{FOREMAN}"
+            session, request.app[SKILLS], who.team_id, config, field=f"agents.{foreman}"
         )
         new = NewRun(
             team_id=who.team_id,
@@ -185,13 +198,14 @@ async def dispatch_factory_run(request: web.Request) -> web.Response:
             creator=creator_of(who),
             metadata=metadata,
             factory_uid=factory.uid,
+            agent=foreman,
         )
         run = await runs.create_run(session, request.app[CLOCK], new)
     runs_queued(request.app)
     return web.json_response(
         {
             "factory_uid": factory.uid,
-            "foreman_agent": FOREMAN,
+            "foreman_agent": foreman,
             "run_id": run.run_id,
             "state": run.state,
             "ticket_ref": ticket_ref,

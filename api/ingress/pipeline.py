@@ -215,6 +215,7 @@ def start_runs(
                 attachments=attachment,
                 factory_uid=automation.factory_uid,
                 automation_id=automation.uid,
+                agent=automation.agent,
                 webhook_uid=p.webhook.uid,
                 delivery_id=p.delivery_id,
             )

@@ -58,6 +58,7 @@ class NewRun:
     attachments: Sequence[NewAttachment] = ()
     factory_uid: str | None = None
     automation_id: str | None = None
+    agent: str | None = None  # the factory agent it runs as
     webhook_uid: str | None = None
     delivery_id: str | None = None
     worker_host: str | None = None

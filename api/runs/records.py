@@ -127,6 +127,7 @@ def build_run_row(now: dt.datetime, new: NewRun) -> dict[str, Any]:
         "run_metadata": dict(new.metadata or {}),
         "factory_uid": new.factory_uid,
         "automation_id": new.automation_id,
+        "agent": new.agent,
         "webhook_uid": new.webhook_uid,
         "delivery_id": new.delivery_id,
         "conversation_id": new.conversation_id,

@@ -43,6 +43,7 @@ def run_item(run: Run, attachments: Sequence[str] = ()) -> dict[str, Any]:
         "parent_run_id": run.parent_run_id,
         "factory_uid": run.factory_uid,
         "automation_id": run.automation_id,
+        "agent": run.agent,
         "webhook_uid": run.webhook_uid,
         "delivery_id": run.delivery_id,
         "schedule": schedule_info(run.schedule),

@@ -31,6 +31,7 @@ from api.runs.new_run import Creator, NewRun
 from api.runs.prepare import finalize_config, resolve_skill
 from api.runs.records import create_run
 from api.runs.skills import SkillResolver, SkillUnavailable
+from api.schedules.subscribers import start_subscribers
 from store.clock import ManualClock, rfc3339
 from store.models import Automation, Factory, Run, Schedule, ScheduleFire
 from store.rules.cron import CronError, latest_fire, next_fire, parse, zone
@@ -66,24 +67,19 @@ async def start_run(
     A prompt schedule runs its prompt with its config, finalized like a run request's (skill, environment,
     secrets: raises :class:`api.errors.ValidationFailed`). ``fire_time`` is None for a manual "run now".
     """
-    factory_uid = automation_id = None
+    factory_uid = automation_id = agent = None
     if schedule.automation:
         automation, agents, worker_host = await _automation(session, schedule)
         prompt, title = automation.prompt, automation.title or automation.name
         config = automation_config(automation.config, automation.agent, agents, worker_host)
-        factory_uid, automation_id = automation.factory_uid, automation.uid
+        factory_uid, automation_id, agent = automation.factory_uid, automation.uid, automation.agent
     else:
         prompt, title = schedule.prompt or "", schedule.name
         config = resolve_config(schedule.agent_config, None, None, None)
         if not prompt.strip() and not config.get("skill_spec"):
             raise Conflict(f"schedule {schedule.name!r} has neither a prompt nor a skill to run")
         config = await finalize_config(session, resolver, schedule.team_id, config, field="agent_config")
-    snapshot = {
-        "schedule_id": schedule.uid,
-        "schedule_name": schedule.name,
-        "cron_schedule": schedule.cron,
-        "fire_time": rfc3339(fire_time),  # stored for audit; the wire shows the first three
-    }
+    snapshot = _snapshot(schedule, fire_time)
     new = NewRun(
         team_id=schedule.team_id,
         prompt=prompt,
@@ -94,11 +90,22 @@ async def start_run(
         metadata=dict(schedule.run_metadata or {}),
         factory_uid=factory_uid,
         automation_id=automation_id,
+        agent=agent,
         schedule_id=schedule.uid,
         schedule=snapshot,
     )
     # the run is created at the caller's ``now`` (a fire's, or the request's)
     return await create_run(session, ManualClock(now), new)
+
+
+def _snapshot(schedule: Schedule, fire_time: dt.datetime | None) -> dict[str, Any]:
+    """What a scheduled run records of its schedule (docs/schedules.md, "Runs started by a schedule")."""
+    return {
+        "schedule_id": schedule.uid,
+        "schedule_name": schedule.name,
+        "cron_schedule": schedule.cron,
+        "fire_time": rfc3339(fire_time),  # stored for audit; the wire shows the first three
+    }
 
 
 async def _automation(
@@ -196,12 +203,17 @@ async def fire(
                 return None
             schedule = await _locked(session, due)
             run_id = error = None
+            own: str | None = None
             try:
-                run_id = (
-                    await start_run(session, now, schedule, resolver=resolver, fire_time=fire_time)
-                ).run_id
+                run = await start_run(session, now, schedule, resolver=resolver, fire_time=fire_time)
+                run_id, own = run.run_id, run.automation_id
             except ApiError as exc:
                 error = exc.detail[:_ERROR_MAX]
+            watchers = await start_subscribers(
+                session, now, schedule, _snapshot(schedule, fire_time), skip_automation=own
+            )
+            if watchers:
+                log.info("schedule %s: %d watching automation(s) started", due.uid, len(watchers))
             await session.execute(
                 update(ScheduleFire)
                 .where(ScheduleFire.schedule_uid == due.uid, ScheduleFire.fire_time == fire_time)

@@ -164,4 +164,39 @@ async def test_an_inline_schedule_fires_once_as_its_automations_agent(
     assert (config["base_prompt"], config["model_id"], config["harness"]) == (
         "You lead the factory.", "auto", {"type": "oz"},
     )  # fmt: skip
-    assert run.schedule_id == schedule.uid and run.automation_id is not None
+    assert run.schedule_id == schedule.uid and run.automation_id is not None and run.agent == "lead"
+
+
+async def test_an_automation_watching_a_schedule_by_uid_runs_once_per_fire(
+    sessions: Sessions, box: SecretBox, clock: ManualClock, tmp_path: Path
+) -> None:
+    files = {k: v for k, v in TREE.items() if not k.startswith("automations/")}
+    files["agents/coder/agent.md"] = "---\nagentType: IMPLEMENT\n---\nYou write code.\n"
+    files["schedules/nightly.yaml"] = "cron: '0 9 * * *'\ntimezone: UTC\nprompt: Write the report.\n"
+    await with_secrets(sessions, box, clock, "SHARED_TOKEN")
+    root = write(tmp_path / "f", files)
+    assert (await apply(sessions, box, clock, root)).outcome == "succeeded"
+    async with sessions() as s:
+        nightly = (await s.execute(select(Schedule))).scalar_one()
+    watcher = (
+        "---\nagent: coder\ntriggers:\n  - provider: schedule\n    event: cron_fired\n"
+        f"    filter:\n      schedule_ids: [{nightly.uid}]\n---\nReview the report.\n"
+    )
+    write(root, {"automations/watch/automation.md": watcher})
+    result = await apply(sessions, box, clock, root)
+    assert result.outcome == "succeeded", result.errors_json()
+
+    resolver = SkillResolver(None, tmp_path / "skills")
+    clock.advance(30 * 60)  # 09:00
+    fired = await fire_due(sessions, clock, resolver)
+    assert len(fired) == 1 and await fire_due(sessions, clock, resolver) == []
+    async with sessions() as s:
+        runs = {r.prompt: r for r in (await s.execute(select(Run))).scalars()}
+    assert sorted(runs) == ["Review the report.", "Write the report."]
+    watched = runs["Review the report."]
+    assert (watched.agent, watched.schedule_id, watched.agent_config["base_prompt"]) == (
+        "coder",
+        nightly.uid,
+        "You write code.",
+    )
+    assert runs["Write the report."].agent is None  # a prompt schedule runs as no agent
