@@ -227,7 +227,7 @@ def _execution(
                     "FC091",
                     f"harness '{kind}' runs only on workers that offer it",
                     _place(locations, f"{prefix}harness.type", path),
-                    'docs/workers.md, "Harnesses": runs wait for such a worker',
+                    'factoryctl\'s workers offer echo and command: such runs end FAILED harness_unavailable',
                     warning=True,
                 )
             )
@@ -323,7 +323,7 @@ def _runner(runner: RunnerSpec, root: str) -> list[Diagnostic]:
             _at(
                 "FC091",
                 "platform.os macos: factoryctl's workers run Linux only; runs that use this runner"
-                " fail with harness_unavailable until a macOS worker exists",
+                " fail with runner_unavailable",
                 where,
                 warning=True,
             )
@@ -352,8 +352,8 @@ def _runner(runner: RunnerSpec, root: str) -> list[Diagnostic]:
         out.append(
             _at(
                 "FC091",
-                "instanceShape: factoryctl applies the memory size as the run's memory limit where the"
-                " worker can enforce it; vCPUs are recorded only",
+                "instanceShape is recorded and logged on each run; factoryctl's workers do not enforce"
+                " CPU or memory sizes yet",
                 _place(runner.locations, "instanceShape", path),
                 warning=True,
             )

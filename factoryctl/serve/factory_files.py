@@ -105,7 +105,7 @@ def _config_refs(path: str, prefix: str, config: Any, environments: set[str]) ->
     if isinstance(env, str) and env not in environments:
         yield _entry(path, f"{prefix}environment_id", "environment")
     if isinstance(config.get("worker_host"), str):
-        yield _entry(path, f"{prefix}worker_host", "runner")
+        yield _entry(path, f"{prefix}worker_host", "worker_host")
     yield from _mcp_refs(path, f"{prefix}mcp_servers", config.get("mcp_servers"))
 
 
@@ -120,6 +120,10 @@ def _mcp_refs(path: str, field: str, servers: Any) -> Iterator[dict[str, str]]:
             yield _entry(path, f"{field}.{key}.warpId", "mcp_server")
 
 
+# Trigger filter keys that take names the server resolves against a connected workspace.
+_NAME_KEYS = {"slack": ("channels", "users"), "linear": ("teams", "projects", "states")}
+
+
 def deferred_resolutions(loaded: LoadResult) -> list[dict[str, str]]:
     """Every reference the offline tiers leave to the server's state: ``{path, field, kind}``."""
     definition = loaded.definition
@@ -129,14 +133,19 @@ def deferred_resolutions(loaded: LoadResult) -> list[dict[str, str]]:
     environments = {e.name for e in getattr(definition, "environments", ())}
     factory = definition.factory
     if getattr(factory, "worker_host", None):
-        out.append(_entry(factory.path, "workerHost", "runner"))
+        out.append(_entry(factory.path, "workerHost", "worker_host"))
     for name, agent in (getattr(factory, "agents", None) or {}).items():
         out += _config_refs(factory.path, f"agents.{name}.", agent, environments)
+    settings = getattr(factory, "settings", None) or {}
+    out += _layer_refs(factory.path, "", settings, environments)
+    out += _layer_refs(factory.path, "agentDefaults.", settings.get("agentDefaults") or {}, environments)
+    if getattr(factory, "alias", None):
+        out.append(_entry(factory.path, "alias", "alias_uniqueness"))
+    for agent in getattr(definition, "agents", ()):
+        if not getattr(agent, "legacy", True):
+            out += _layer_refs(agent.path, "", agent.overrides, environments)
     for hook in getattr(definition, "webhooks", ()):
         out.append(_entry(hook.path, "secretName", "secret"))
-        provider = getattr(hook, "provider", None) or getattr(hook, "signature_scheme", None)
-        if provider in ("slack", "linear"):
-            out.append(_entry(hook.path, "provider", provider))
     for note in getattr(definition, "notifications", ()):
         out.append(_entry(note.path, "secretName", "secret"))
     for env in getattr(definition, "environments", ()):
@@ -146,9 +155,52 @@ def deferred_resolutions(loaded: LoadResult) -> list[dict[str, str]]:
             out.append(_entry(env.path, f"secrets[{i}]", "secret"))
         if isinstance(spec, Mapping):
             out += _mcp_refs(env.path, "mcpServers", spec.get("mcpServers"))
-    for item in (*getattr(definition, "automations", ()), *getattr(definition, "schedules", ())):
-        out += _config_refs(item.path, "config.", getattr(item, "config", None), environments)
+    for automation in getattr(definition, "automations", ()):
+        front = getattr(automation, "front_matter", None) or {}
+        out += _config_refs(automation.path, "config.", front.get("config"), environments)
+        out += _layer_refs(automation.path, "", front, environments)
+        out += _trigger_refs(automation.path, front.get("triggers"))
+    for schedule in getattr(definition, "schedules", ()):
+        if getattr(schedule, "inline_of", None) is None:
+            out += _config_refs(schedule.path, "config.", getattr(schedule, "config", None), environments)
     return out
+
+
+def _layer_refs(path: str, prefix: str, layer: Any, environments: set[str]) -> Iterator[dict[str, str]]:
+    """What one v1alpha1 layer (factory.yaml, agentDefaults, an agent, an automation) names."""
+    if not isinstance(layer, Mapping):
+        return
+    for i, _ in enumerate(layer.get("secrets") or ()):
+        yield _entry(path, f"{prefix}secrets[{i}]", "secret")
+    harness = layer.get("harness")
+    auth = harness.get("auth") if isinstance(harness, Mapping) else None
+    if isinstance(auth, Mapping) and auth.get("secretName"):
+        yield _entry(path, f"{prefix}harness.auth.secretName", "secret")
+    model = layer.get("model") or (harness.get("model") if isinstance(harness, Mapping) else None)
+    if isinstance(model, str):
+        yield _entry(path, f"{prefix}{'model' if layer.get('model') else 'harness.model'}", "model")
+    env = layer.get("environmentId")
+    if isinstance(env, str) and env not in environments:
+        yield _entry(path, f"{prefix}environmentId", "environment")
+    host = layer.get("workerHost")
+    if isinstance(host, str) and host and host != "warp":
+        yield _entry(path, f"{prefix}workerHost", "worker_host")
+    yield from _mcp_refs(path, f"{prefix}mcpServers", layer.get("mcpServers"))
+
+
+def _trigger_refs(path: str, triggers: Any) -> Iterator[dict[str, str]]:
+    for index, trigger in enumerate(triggers if isinstance(triggers, list) else ()):
+        if not isinstance(trigger, Mapping):
+            continue
+        flt = trigger.get("filter") if isinstance(trigger.get("filter"), Mapping) else {}
+        provider = trigger.get("provider")
+        for key in _NAME_KEYS.get(str(provider), ()):
+            if key in flt:
+                yield _entry(path, f"triggers[{index}].filter.{key}", f"{provider}_name_alias")
+        if "webhook_ids" in flt:
+            yield _entry(path, f"triggers[{index}].filter.webhook_ids", "webhook")
+        if "schedule_ids" in flt:
+            yield _entry(path, f"triggers[{index}].filter.schedule_ids", "schedule")
 
 
 def answer(

@@ -62,14 +62,14 @@ def test_bad_factory_text_points_at_file_and_line() -> None:
         "unknown key 'authmode' (did you mean 'authMode'?)" in lines
     )
     assert f"{BAD}/automations/no-front-matter/automation.md:1:1: error[FC005]: " in proc.stdout
-    assert lines[-1] == f"{BAD} (bad): 22 files, invalid, 25 errors"
+    assert lines[-1] == f"{BAD} (bad): 22 files, invalid, 25 errors, 1 warning"  # FC090: its legacy agents map
     assert "\033[" not in proc.stdout
 
 
 def test_bad_factory_json_github_and_sarif() -> None:
     data = json.loads(validate(BAD, "--format", "json").stdout)
     assert data["valid"] is False
-    assert data["summary"] == {"files": 22, "errors": 25, "warnings": 0}
+    assert data["summary"] == {"files": 22, "errors": 25, "warnings": 1}
     rules = {e["rule"] for e in data["factories"][0]["errors"]}
     assert rules >= {"FC001", "FC002", "FC003", "FC004", "FC005", "FC010", "FC020", "FC030", "FC031", "FC060"}
 
@@ -83,7 +83,8 @@ def test_bad_factory_json_github_and_sarif() -> None:
     sarif = validate(BAD, "--format", "sarif")
     assert sarif.returncode == 1
     run = json.loads(sarif.stdout)["runs"][0]
-    assert len(run["results"]) == 25
+    assert len(run["results"]) == 26  # the 25 errors and the FC090 warning
+    assert sum(r["level"] == "warning" for r in run["results"]) == 1
     first = run["results"][0]
     assert first["ruleId"] == "FC010"
     assert first["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == (

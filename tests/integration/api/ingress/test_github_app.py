@@ -2,8 +2,9 @@
 ``@octokit/webhooks-examples``, signed by ``@octokit/webhooks-methods`` ``sign()`` in a ``node`` process,
 posted to the real app (ingress and management routes) on SQLite and PostgreSQL.
 
-Automations with ``github`` triggers are written straight into the store (a factory with repositories,
-an automation with triggers JSON as an apply stores them).
+Automations with ``github`` triggers are mostly written straight into the store (a factory with
+repositories, an automation with triggers JSON as an apply stores them); the last test applies a v1alpha1
+tree through the reconciler first.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from api.app import create_app
 from api.context import ServerSettings
 from api.runs.config import automation_config
+from reconciler.service import reconcile
 from store import ids
 from store.clock import ManualClock
 from store.crypto import SecretBox
@@ -357,3 +359,42 @@ async def test_deliveries_fail_authentication_until_the_secret_exists(gh: GitHub
     assert [(d.status, d.detail) for d in await gh.log()] == [
         ("Rejected (auth)", "signing secret not supplied yet")
     ]
+
+
+async def test_an_applied_v1alpha1_automation_runs_as_its_agent(
+    gh: GitHubApp, box: SecretBox, tmp_path: Path
+) -> None:
+    """The whole path: a v1alpha1 tree applied by the reconciler, then a signed ``issues.labeled``."""
+    tree = {
+        "factory.yaml": (
+            "schemaVersion: v1alpha1\nname: v1\nrepositories:\n  - {owner: codertocat, name: hello-world}\n"
+            "agentDefaults:\n  model: auto\n"
+        ),
+        "agents/lead/agent.md": "---\nagentType: FOREMAN\n---\nYou lead.\n",
+        "agents/triager/agent.md": "---\nagentType: TRIAGE\nmodel: triage-model\n---\nYou triage issues.\n",
+        "automations/bugs/automation.md": (
+            "---\nagent: triager\ntriggers:\n  - provider: github\n    event: issue_labeled\n"
+            "    filter:\n      repos: [Codertocat/Hello-World]\n      labels: [BUG]\n---\nTriage it.\n"
+        ),
+        "automations/docs/automation.md": (
+            "---\ntriggers:\n  - provider: github\n    event: issue_labeled\n"
+            "    filter: {labels: [docs]}\n---\nDocument it.\n"
+        ),
+    }
+    for rel, text in tree.items():
+        (tmp_path / "v1" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "v1" / rel).write_text(text)
+    applied = await reconcile(
+        gh.sessions, box, ManualClock(NOW), team="default", root=tmp_path / "v1", revision=None
+    )
+    assert applied.outcome == "succeeded", applied.errors_json()
+
+    resp = await gh.deliver("issues", example("issues", "labeled"))
+
+    assert resp.status == 202, await resp.text()
+    (run,) = await gh.runs()  # the label is "bug": the docs automation does not match
+    assert run.agent == "triager" and run.prompt.startswith("Triage it.")
+    assert (run.agent_config["model_id"], run.agent_config["base_prompt"]) == (
+        "triage-model",
+        "You triage issues.",
+    )

@@ -40,7 +40,7 @@ def test_deferred_resolutions_of_the_example_factory() -> None:
     assert loaded.definition is not None, loaded.diagnostics
     found = deferred_resolutions(loaded)
     kinds = {(d["path"].rsplit("/", 1)[-1], d["field"], d["kind"]) for d in found}
-    assert ("factory.yaml", "workerHost", "runner") in kinds
+    assert ("factory.yaml", "agentDefaults.model", "model") in kinds  # the model catalogue is the server's
     assert ("alerts.yaml", "secretName", "secret") in kinds
     # environment_id example-repo is declared in the tree: resolved offline, not deferred
     assert not any(d["kind"] == "environment" for d in found)
