@@ -369,6 +369,17 @@ class Delivery(Base):
             sqlite_where=text("status = 'Accepted'"),
             postgresql_where=text("status = 'Accepted'"),
         ),
+        # A GitHub App delivery's identity is X-GitHub-Delivery, which the signature does not cover; the
+        # signed body decides too, so a captured delivery re-sent under a new id is a Duplicate
+        # (docs/ingress.md, "GitHub App deliveries").
+        Index(
+            "uq_deliveries_accepted_content",
+            "webhook_uid",
+            "content_key",
+            unique=True,
+            sqlite_where=text("status = 'Accepted' AND content_key IS NOT NULL"),
+            postgresql_where=text("status = 'Accepted' AND content_key IS NOT NULL"),
+        ),
         Index("ix_deliveries_webhook_seq", "webhook_uid", "seq"),
         Index("ix_deliveries_received_at", "received_at"),
     )
@@ -381,6 +392,7 @@ class Delivery(Base):
     received_at: Mapped[dt.datetime]
     payload: Mapped[bytes | None] = mapped_column(LargeBinary)
     detail: Mapped[str | None] = mapped_column(String(500))
+    content_key: Mapped[str | None] = mapped_column(String(60))  # GitHub App deliveries: the body's hash
 
 
 class RateCounter(Base):

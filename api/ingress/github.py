@@ -32,7 +32,7 @@ from api.http.jsonlimits import InvalidJson, loads_limited
 from api.ingress import pipeline
 from api.ingress.gate import INGRESS, Failures, Ingress, TooLarge, rate_limited, read_capped, secret_of
 from api.ingress.github_routing import DELIVERY_HEADER, EVENT_HEADER, find_connection
-from api.ingress.identity import normalize_id
+from api.ingress.identity import body_identity, normalize_id
 from api.ingress.lookup import WebhookRow
 from api.ingress.signatures import verify
 from api.runs.event_hub import runs_queued
@@ -101,7 +101,9 @@ async def receive(request: web.Request) -> web.Response:
         await failed.record(delivery_id, pipeline.REJECTED_JSON, len(raw), str(exc))
         raise BadRequest(f"body is not valid JSON: {exc}") from None
     # (9) identity, (10) accept: log entry and runs in one transaction; 202 only after it committed.
-    pending = pipeline.Pending(connection, delivery_id, raw, payload, event=event)
+    pending = pipeline.Pending(
+        connection, delivery_id, raw, payload, event=event, content_key=body_identity(raw)
+    )
     committed = await ingress.writer.accept(pending)
     ingress.count("duplicate" if committed.duplicate else "accepted")
     if committed.run_ids:

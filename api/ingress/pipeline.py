@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Table, insert, text
+from sqlalchemy import Connection, Table, insert
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -62,6 +62,7 @@ class Pending:
     raw: bytes
     payload: object
     event: str | None = None  # the GitHub event name (X-GitHub-Event); None for a webhook delivery
+    content_key: str | None = None  # a GitHub App delivery's body hash: also unique among Accepted ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,8 @@ class Committed:
 
 
 def _accept_statement(dialect: str) -> Any:
-    """The dialect's ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` on the partial unique index.
+    """The dialect's ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` on the partial unique indexes: the
+    identity's, and a GitHub App delivery's content key (no conflict target, so both decide).
 
     Built once per dialect and executed with a list of rows: SQLAlchemy's "insertmanyvalues" sends it as
     one multi-row INSERT (rows in order) from a cached compilation.
@@ -82,10 +84,7 @@ def _accept_statement(dialect: str) -> Any:
     insert_ = sqlite.insert if dialect == "sqlite" else postgresql.insert
     return (
         insert_(_DELIVERIES)
-        .on_conflict_do_nothing(
-            index_elements=[_DELIVERIES.c.webhook_uid, _DELIVERIES.c.delivery_id],
-            index_where=text("status = 'Accepted'"),
-        )
+        .on_conflict_do_nothing()
         .returning(_DELIVERIES.c.webhook_uid, _DELIVERIES.c.delivery_id)
     )
 
@@ -120,10 +119,13 @@ def accept_in(
             "size": len(p.raw),
             "received_at": now,
             "detail": None if p.event is None else EVENT_DETAIL + p.event,
+            "content_key": p.content_key,
         }
         for p in batch
     ]
     rows = [{**e, "status": ACCEPTED, "payload": p.raw} for e, p in zip(entries, batch, strict=True)]
+    for entry in entries:  # a Duplicate entry keeps no key: only Accepted ones are unique by it
+        entry["content_key"] = None
     # In identity order (stable: the first of equal identities stays first), so concurrent batches take
     # the unique index's entries in one order and cannot deadlock each other.
     rows.sort(key=lambda r: (r["webhook_uid"], r["delivery_id"]))

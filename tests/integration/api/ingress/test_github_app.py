@@ -398,3 +398,20 @@ async def test_an_applied_v1alpha1_automation_runs_as_its_agent(
         "triage-model",
         "You triage issues.",
     )
+
+
+async def test_a_captured_delivery_resent_under_a_new_id_is_a_duplicate(gh: GitHubApp) -> None:
+    """X-GitHub-Delivery is not signed: the signed body decides too (docs/ingress.md)."""
+    await gh.automation("triage-bugs", [labeled_trigger(["bug"])])
+    payload = example("issues", "labeled")
+    first, replayed = str(uuid.uuid4()), str(uuid.uuid4())
+    assert (await gh.deliver("issues", payload, delivery=first)).status == 202
+
+    again = await gh.deliver("issues", payload, delivery=replayed)
+
+    assert again.status == 202 and await again.json() == {"delivery_id": replayed}
+    assert [(d.status, d.delivery_id) for d in await gh.log()] == [
+        ("Accepted", first),
+        ("Duplicate", replayed),
+    ]
+    assert len(await gh.runs()) == 1
