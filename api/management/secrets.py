@@ -30,11 +30,14 @@ from api.http.bodies import SMALL_BODY_BYTES, fail_on, field_error, read_json_ob
 from api.http.paths import API_V1
 from store import secrets as secret_store
 from store.clock import rfc3339
-from store.models import Factory, Webhook
+from store.models import Factory, GitHubConnection, Webhook
+
+GITHUB_APP = "GitHub App"  # how a secret's used_by names the team's GitHub App connection
 
 
 async def users(session: AsyncSession, team_id: str, name: str | None = None) -> dict[str, list[str]]:
-    """Secret name -> ``factory/webhook`` names of the live webhooks (enabled or not) that reference it."""
+    """Secret name -> what uses it: ``factory/webhook`` names of the live webhooks (enabled or not) that
+    reference it, then ``GitHub App`` when the team's GitHub App connection verifies with it."""
     stmt = (
         select(Webhook.secret_name, Factory.name, Webhook.name)
         .join(Factory, Factory.uid == Webhook.factory_uid)
@@ -46,6 +49,11 @@ async def users(session: AsyncSession, team_id: str, name: str | None = None) ->
     found: dict[str, list[str]] = defaultdict(list)
     for secret_name, factory_name, webhook_name in (await session.execute(stmt)).all():
         found[secret_name or ""].append(f"{factory_name}/{webhook_name}")
+    app = select(GitHubConnection.secret_name).where(GitHubConnection.team_id == team_id)
+    if name is not None:
+        app = app.where(GitHubConnection.secret_name == name)
+    for (secret_name,) in (await session.execute(app)).all():
+        found[secret_name].append(GITHUB_APP)
     return found
 
 
@@ -166,7 +174,10 @@ async def delete_secret(request: web.Request) -> web.Response:
         used = (await users(session, who.team_id, name)).get(name, [])
         if used:
             raise Conflict(
-                f"secret {name!r} is used by webhook{'s' if len(used) > 1 else ''} {', '.join(used)};"
+                f"secret {name!r} is used by {', '.join(used)}; delete those webhooks (or point their"
+                " definitions at another secret) or disconnect the GitHub App first"
+                if GITHUB_APP in used
+                else f"secret {name!r} is used by webhook{'s' if len(used) > 1 else ''} {', '.join(used)};"
                 " delete those webhooks (or point their definitions at another secret) first"
             )
         await secret_store.delete_secret(session, who.team_id, name)

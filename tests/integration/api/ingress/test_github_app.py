@@ -415,3 +415,14 @@ async def test_a_captured_delivery_resent_under_a_new_id_is_a_duplicate(gh: GitH
         ("Duplicate", replayed),
     ]
     assert len(await gh.runs()) == 1
+
+
+async def test_the_connections_secret_shows_its_user_and_cannot_be_deleted(gh: GitHubApp) -> None:
+    listed = await gh.client.get("/api/v1/secrets", headers=gh.auth())
+    [secret] = [s for s in (await listed.json())["secrets"] if s["name"] == "github-app"]
+    assert secret["used_by"] == ["GitHub App"]
+    refused = await gh.client.delete("/api/v1/secrets/github-app", headers=gh.auth())
+    assert refused.status == 409 and "disconnect the GitHub App" in (await refused.json())["detail"]
+    gone = await gh.client.delete("/api/v1/integrations/github", headers=gh.auth())
+    assert gone.status == 204
+    assert (await gh.client.delete("/api/v1/secrets/github-app", headers=gh.auth())).status == 204
