@@ -81,7 +81,9 @@ class ClientOptions:
     """Resolved settings of one client."""
 
     base_url: str
-    api_key: str
+    api_key: (
+        str | None
+    )  # None: no Authorization header (the public endpoints: factory-file schemas, validate)
     timeout: httpx.Timeout
     max_retries: int = 2
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -93,7 +95,7 @@ class ClientOptions:
     def build(
         cls,
         base_url: str,
-        api_key: str,
+        api_key: str | None,
         *,
         timeout: float | httpx.Timeout | None,
         max_retries: int,
@@ -105,7 +107,8 @@ class ClientOptions:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
         merged = {"User-Agent": user_agent, "Accept": "application/json", **(headers or {})}
-        merged["Authorization"] = f"Bearer {api_key}"
+        if api_key is not None:
+            merged["Authorization"] = f"Bearer {api_key}"
         return cls(base_url.rstrip("/"), api_key, as_timeout(timeout), max_retries, merged)
 
 

@@ -113,7 +113,7 @@ class AsyncFactoryClient(Resources[Async]):
     def __init__(
         self,
         base_url: str,
-        api_key: str,
+        api_key: str | None,
         *,
         timeout: float | httpx.Timeout | None = 30.0,
         max_retries: int = 2,

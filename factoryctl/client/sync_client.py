@@ -124,7 +124,7 @@ class FactoryClient(Resources[Sync]):
     def __init__(
         self,
         base_url: str,
-        api_key: str,
+        api_key: str | None,
         *,
         timeout: float | httpx.Timeout | None = 30.0,
         max_retries: int = 2,

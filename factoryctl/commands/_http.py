@@ -52,14 +52,15 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
-def open_client(ctx: CliContext, server: str | None) -> FactoryClient:
-    """The typed client for ``server`` (else ``FACTORY_API_URL``) and ``FACTORY_API_KEY``."""
+def open_client(ctx: CliContext, server: str | None, *, key_required: bool = True) -> FactoryClient:
+    """The typed client for ``server`` (else ``FACTORY_API_URL``) and ``FACTORY_API_KEY``; without
+    ``key_required`` a missing key makes a client of the public endpoints only."""
     import httpx
 
     from factoryctl.client import FactoryClient
 
-    key = ctx.api_key()
-    if not key:
+    key = ctx.api_key() or None
+    if key is None and key_required:
         raise UsageError("FACTORY_API_KEY is not set (create one with 'factoryctl keys create')")
     return FactoryClient(
         ctx.api_url(server),
@@ -69,7 +70,7 @@ def open_client(ctx: CliContext, server: str | None) -> FactoryClient:
     )
 
 
-def run(ctx: CliContext, args: argparse.Namespace, action: Action) -> int:
+def run(ctx: CliContext, args: argparse.Namespace, action: Action, *, key_required: bool = True) -> int:
     """Call ``action`` with a client and turn its outcome into an exit code (and error output).
 
     ``action`` prints its own success output and returns None (exit 0) or an exit code of its own
@@ -79,7 +80,7 @@ def run(ctx: CliContext, args: argparse.Namespace, action: Action) -> int:
 
     as_json = getattr(args, "format", None) == "json"
     try:
-        with open_client(ctx, getattr(args, "server", None)) as client:
+        with open_client(ctx, getattr(args, "server", None), key_required=key_required) as client:
             code = action(client)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

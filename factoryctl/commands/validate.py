@@ -55,9 +55,12 @@ def _remote(ctx: CliContext, args: argparse.Namespace) -> int:
     from factoryctl.commands import _http
 
     fmt = args.format or ("github" if ctx.env.get("GITHUB_ACTIONS") == "true" else "text")
-    if not ctx.api_key():
-        print("factoryctl validate: --server needs an API key in FACTORY_API_KEY", file=sys.stderr)
-        return _http.EXIT_USAGE
+    if not ctx.api_key():  # the public tiers only: the server cannot check the team's secrets and names
+        print(
+            "factoryctl validate: no FACTORY_API_KEY: the server runs the parser and state-independent"
+            " checks only (secrets, webhook UIDs and names taken are not checked)",
+            file=sys.stderr,
+        )
 
     def check(client: FactoryClient) -> int:
         from reconciler.diagnostics import Diagnostic
@@ -78,7 +81,7 @@ def _remote(ctx: CliContext, args: argparse.Namespace) -> int:
         sys.stdout.write(render(fmt, reports, color=color, tool_version=__version__))
         return 0 if is_valid(reports) else 1
 
-    return _http.run(ctx, args, check)
+    return _http.run(ctx, args, check, key_required=False)
 
 
 def _validate_remote(client: FactoryClient, paths: Sequence[str]) -> dict[str, Any]:

@@ -62,7 +62,9 @@ def test_bad_factory_text_points_at_file_and_line() -> None:
         "unknown key 'authmode' (did you mean 'authMode'?)" in lines
     )
     assert f"{BAD}/automations/no-front-matter/automation.md:1:1: error[FC005]: " in proc.stdout
-    assert lines[-1] == f"{BAD} (bad): 22 files, invalid, 25 errors, 1 warning"  # FC090: its legacy agents map
+    assert (
+        lines[-1] == f"{BAD} (bad): 22 files, invalid, 25 errors, 1 warning"
+    )  # FC090: its legacy agents map
     assert "\033[" not in proc.stdout
 
 
@@ -110,9 +112,11 @@ def test_several_paths_one_verdict() -> None:
 def test_usage_errors_exit_2() -> None:
     assert validate().returncode == 2
     assert validate("example-factory", "--format", "xml").returncode == 2
-    server = validate("example-factory", "--server", "http://127.0.0.1:1")
-    assert server.returncode == 2  # no FACTORY_API_KEY: a usage error, nothing sent
-    assert "needs an API key in FACTORY_API_KEY" in server.stderr
+    keyless = validate("example-factory", "--server", f"http://127.0.0.1:{free_port()}")
+    assert keyless.returncode == 3  # no key is no usage error (the public tiers), but nobody answers
+    assert (
+        "no FACTORY_API_KEY: the server runs the parser and state-independent checks only" in keyless.stderr
+    )
 
 
 def test_an_unreachable_server_exits_3_not_1() -> None:

@@ -60,3 +60,19 @@ def test_a_refused_key_exits_1_and_no_server_exits_3(served: Served) -> None:
         drop=("FACTORY_", "GITHUB_"),
     )
     assert refused.returncode == 1 and "invalid or revoked API key" in refused.stderr
+
+
+def test_without_a_key_the_server_runs_the_public_tiers(served: Served) -> None:
+    """CI without a key still gets file:line diagnostics; only the team's state is left unchecked."""
+    keyless = run_cli(
+        "validate", GOOD, BAD, "--server", served.url, "--format", "json",
+        env={"NO_COLOR": "1"}, cwd=REPO, drop=("FACTORY_", "GITHUB_"),
+    )  # fmt: skip
+    assert keyless.returncode == 1, keyless.stderr  # the broken fixture
+    assert "no FACTORY_API_KEY" in keyless.stderr
+    report = json.loads(keyless.stdout)
+    rules = {e["rule"] for f in report["factories"] for e in f["errors"]}
+    assert "FC010" in rules and "FC040" not in rules  # schema errors yes, the missing secret not checked
+    assert report["factories"][0]["errors"] == [] or all(
+        e["severity"] == "warning" for e in report["factories"][0]["errors"]
+    )
