@@ -192,7 +192,8 @@ def _trigger_refs(path: str, triggers: Any) -> Iterator[dict[str, str]]:
     for index, trigger in enumerate(triggers if isinstance(triggers, list) else ()):
         if not isinstance(trigger, Mapping):
             continue
-        flt = trigger.get("filter") if isinstance(trigger.get("filter"), Mapping) else {}
+        found = trigger.get("filter")
+        flt: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         provider = trigger.get("provider")
         for key in _NAME_KEYS.get(str(provider), ()):
             if key in flt:
