@@ -24,7 +24,7 @@ from reconciler.diagnostics import Diagnostic
 from reconciler.objectspecs import AgentSpec, BenchmarkSpec, RunnerSpec, ScorerSpec
 from reconciler.specs import AutomationSpec, FactoryDefinition, Location
 from reconciler.yamlmarks import path_str
-from store.rules import cron, triggers
+from store.rules import cron, github_events, triggers
 
 AGENT_HARNESSES = ("claude", "codex", "gemini")  # need a worker that offers them (docs/workers.md)
 UNSUPPORTED_FACTORY_KEYS = {
@@ -227,7 +227,7 @@ def _execution(
                     "FC091",
                     f"harness '{kind}' runs only on workers that offer it",
                     _place(locations, f"{prefix}harness.type", path),
-                    'factoryctl\'s workers offer echo and command: such runs end FAILED harness_unavailable',
+                    "factoryctl's workers offer echo and command: such runs end FAILED harness_unavailable",
                     warning=True,
                 )
             )
@@ -291,6 +291,21 @@ def _triggers(
                 ("." if problem.path and isinstance(problem.path[0], str) else "") + path_str(problem.path)
             )
             out.append(_at("FC045", problem.message, _place(locations, key, path), problem.code))
+        flt = trigger.get("filter")
+        if trigger.get("provider") == "github" and isinstance(flt, Mapping):
+            for key in sorted(
+                github_events.UNPROVABLE.get(str(trigger.get("event")), frozenset()) & set(flt)
+            ):
+                out.append(
+                    _at(
+                        "FC091",
+                        f"filter.{key}: GitHub's {trigger.get('event')} payload does not carry {key}, so this"
+                        " filter can never be proven and the trigger never fires",
+                        _place(locations, f"{base}.filter.{key}", path),
+                        "remove the key, or use an event whose payload carries it",
+                        warning=True,
+                    )
+                )
         unconnected = triggers.unconnected_problem(str(trigger.get("provider")))
         if unconnected:
             out.append(_at("FC092", unconnected, _place(locations, f"{base}.provider", path), warning=True))

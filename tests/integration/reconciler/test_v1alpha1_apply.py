@@ -22,6 +22,7 @@ from store.models import Automation, Factory, FactoryObject, Run, Schedule
 from store.teams import ensure_team
 
 Sessions = async_sessionmaker[AsyncSession]
+FULL = Path(__file__).resolve().parents[2] / "fixtures" / "v1alpha1-factory"
 START = dt.datetime(2026, 3, 2, 8, 30, tzinfo=dt.UTC)  # a Monday
 
 TREE = {
@@ -200,3 +201,18 @@ async def test_an_automation_watching_a_schedule_by_uid_runs_once_per_fire(
         "You write code.",
     )
     assert runs["Write the report."].agent is None  # a prompt schedule runs as no agent
+
+
+async def test_the_full_fixture_applies_then_plans_nothing(
+    sessions: Sessions, box: SecretBox, clock: ManualClock
+) -> None:
+    """tests/fixtures/v1alpha1-factory: every key, kind and trigger the official examples use."""
+    root = FULL
+    await with_secrets(sessions, box, clock, "SHARED_TOKEN", "ANTHROPIC_API_KEY", "OPENAI_API_KEY")
+    result = await apply(sessions, box, clock, root)
+    assert result.outcome == "succeeded", result.errors_json()
+    kinds = sorted({c.kind for c in result.plan.changes})
+    assert kinds == [
+        "agent", "automation", "benchmark", "factory", "runner", "schedule", "scorer", "skill",
+    ]  # fmt: skip
+    assert (await apply(sessions, box, clock, root)).outcome == "noop"
