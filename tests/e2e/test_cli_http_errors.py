@@ -137,10 +137,14 @@ def test_cannot_connect_is_exit_3_on_every_verb(server: Served, tmp_path: Path) 
 
 def test_usage_errors_are_exit_2_with_nothing_on_stdout(server: Served, tmp_path: Path) -> None:
     (tmp_path / "factory.yaml").write_text("name: usage\n")
-    for name, argv in {**VERBS, "validate --server": ("validate", str(tmp_path))}.items():
+    for name, argv in VERBS.items():
         no_key = cli(server, *argv, "--format", "json", key=None)
         assert (no_key.returncode, no_key.stdout) == (2, ""), f"{name}: {no_key.stderr}"
         assert "FACTORY_API_KEY" in no_key.stderr
+    # validate --server alone needs no key: the server's public tiers answer (and stderr says so).
+    keyless = cli(server, "validate", str(tmp_path), "--format", "json", key=None)
+    assert keyless.returncode == 0 and json.loads(keyless.stdout)["factories"][0]["name"] == "usage"
+    assert "no FACTORY_API_KEY" in keyless.stderr
     for argv in (
         ("runs", "create", "--prompt", "p", "--mcp", "docs={not json"),
         ("runs", "create"),  # neither --prompt nor --skill
