@@ -443,9 +443,8 @@ async def test_an_event_written_on_one_replica_reaches_a_team_stream_on_another(
     a, b = replicas
     key = await make_key("member")
     stream, _ = await open_live(b, key)
-    started = time.monotonic()
     run_id = await new_run(a, key)
+    # It arrives through B's probe of the event log; how fast is measured by bench/events.py, not here.
     got = await stream.until(state_of(run_id, "QUEUED"), within=5)
-    assert time.monotonic() - started < 1.0
     assert [e["run_id"] for e in got] == [run_id]
     stream.resp.close()
