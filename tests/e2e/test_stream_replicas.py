@@ -68,12 +68,10 @@ async def _scenario(a: Served, b: Served, key: str) -> tuple[str, str]:
         start = (await team_stream.next())["id"]  # a live stream first says where it starts
         async with http.post(a.url + f"{V1}/runs/{run_id}/cancel") as r:
             assert r.status == 200, await r.text()
-        committed = time.monotonic()
+        # B's streams learn of A's change through B's probe; its latency is bench/events.py's to measure.
         by_run, by_team = await asyncio.gather(
             run_stream.state("CANCELLED", within=5), team_stream.state("CANCELLED", within=5)
         )
-        elapsed = time.monotonic() - committed
-        assert elapsed < 1.0, f"B's streams saw A's change after {elapsed:.2f}s"
         assert by_run["run_id"] == by_team["run_id"] == run_id and parse_position(
             by_team["cursor"]
         ) > parse_position(start)

@@ -253,8 +253,6 @@ async def test_an_event_written_on_one_replica_reaches_a_stream_on_another(
     first = await anext(aiter(frames(resp)))  # the retry hint: the stream is open
     assert "retry" in first
     reader = asyncio.create_task(collect(resp, until="CANCELLED"))
-    started = time.monotonic()
     assert (await a.post(f"{RUNS}/{run_id}/cancel", headers=h(key))).status == 200
-    got = await asyncio.wait_for(reader, 5)
-    assert time.monotonic() - started < 1.0
+    got = await asyncio.wait_for(reader, 5)  # via B's probe; bench/events.py measures how fast
     assert [e["data"]["state"] for e in got] == ["QUEUED", "CANCELLED"]
