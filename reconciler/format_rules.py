@@ -22,7 +22,7 @@ from typing import Any
 
 from reconciler.diagnostics import Diagnostic
 from reconciler.objectspecs import AgentSpec, BenchmarkSpec, RunnerSpec, ScorerSpec
-from reconciler.specs import AutomationSpec, FactoryDefinition, Location
+from reconciler.specs import AutomationSpec, FactoryDefinition, Location, place
 from reconciler.yamlmarks import path_str
 from store.rules import cron, github_events, triggers
 
@@ -45,15 +45,6 @@ def _at(
         hint=hint,
         severity="warning" if warning else "error",
     )
-
-
-def _place(locations: Mapping[str, Location], key: str, fallback: str) -> Location:
-    while key:
-        if key in locations:
-            return locations[key]
-        cut = max(key.rfind("."), key.rfind("["))
-        key = key[:cut] if cut > 0 else ""
-    return locations.get("") or Location(fallback)
 
 
 def check(definition: FactoryDefinition) -> list[Diagnostic]:
@@ -131,7 +122,7 @@ def _v1_factory(definition: FactoryDefinition, fpath: str) -> list[Diagnostic]:
             _at(
                 "FC063",
                 f"'{extra.name}' is a second foreman (the first is '{foremen[0].name}')",
-                _place(extra.locations, "agentType", f"{definition.root}/{extra.path}"),
+                place(extra.locations, "agentType", f"{definition.root}/{extra.path}"),
                 "exactly one agent is FOREMAN (alias MAIN)",
             )
         )
@@ -142,7 +133,7 @@ def _v1_factory(definition: FactoryDefinition, fpath: str) -> list[Diagnostic]:
             _at(
                 "FC064",
                 "agentDefaults.harness needs both 'type' and 'model'",
-                _place(locations, "agentDefaults.harness", fpath),
+                place(locations, "agentDefaults.harness", fpath),
             )
         )
     out += _execution(defaults, "agentDefaults.", locations, fpath, definition, _host(defaults, None))
@@ -157,7 +148,7 @@ def _v1_factory(definition: FactoryDefinition, fpath: str) -> list[Diagnostic]:
             _at(
                 "FC092",
                 f"integration '{kind}' is not connected: factoryctl does not ingest {kind} events",
-                _place(locations, f"integrations[{index}]", fpath),
+                place(locations, f"integrations[{index}]", fpath),
                 "its triggers validate and apply and are listed as not connected",
                 warning=True,
             )
@@ -184,7 +175,7 @@ def _execution(
     out = []
     harness = layer.get("harness")
     if isinstance(harness, Mapping):
-        where = _place(locations, f"{prefix}harness", path)
+        where = place(locations, f"{prefix}harness", path)
         kind = harness.get("type")
         if not any(harness.get(k) is not None for k in ("type", "model", "reasoningLevel", "auth")):
             out.append(
@@ -201,12 +192,12 @@ def _execution(
                         _at(
                             "FC064",
                             f"the oz harness takes no '{key}'",
-                            _place(locations, f"{prefix}harness.{key}", path),
+                            place(locations, f"{prefix}harness.{key}", path),
                         )
                     )
         auth = harness.get("auth")
         if isinstance(auth, Mapping):
-            at = _place(locations, f"{prefix}harness.auth", path)
+            at = place(locations, f"{prefix}harness.auth", path)
             if auth.get("source") == "managedSecret" and not auth.get("secretName"):
                 out.append(_at("FC064", "auth.source managedSecret needs auth.secretName", at))
             if auth.get("source") == "workerEnvironment":
@@ -226,7 +217,7 @@ def _execution(
                 _at(
                     "FC091",
                     f"harness '{kind}' runs only on workers that offer it",
-                    _place(locations, f"{prefix}harness.type", path),
+                    place(locations, f"{prefix}harness.type", path),
                     "factoryctl's workers offer echo and command: such runs end FAILED harness_unavailable",
                     warning=True,
                 )
@@ -238,7 +229,7 @@ def _execution(
             _at(
                 "FC065",
                 f"unknown runner '{runner}'",
-                _place(locations, f"{prefix}runner", path),
+                place(locations, f"{prefix}runner", path),
                 f"add runners/{runner}.yaml (defined: {known})",
             )
         )
@@ -254,7 +245,7 @@ def _agent(agent: AgentSpec, definition: FactoryDefinition, runners: set[str]) -
             _at(
                 "FC091",
                 "'credentialStrategy' is not supported by factoryctl: runs use the team's credentials",
-                _place(agent.locations, "credentialStrategy", path),
+                place(agent.locations, "credentialStrategy", path),
                 warning=True,
             )
         )
@@ -290,7 +281,7 @@ def _triggers(
             key = base + (
                 ("." if problem.path and isinstance(problem.path[0], str) else "") + path_str(problem.path)
             )
-            out.append(_at("FC045", problem.message, _place(locations, key, path), problem.code))
+            out.append(_at("FC045", problem.message, place(locations, key, path), problem.code))
         flt = trigger.get("filter")
         if trigger.get("provider") == "github" and isinstance(flt, Mapping):
             for key in sorted(
@@ -301,17 +292,17 @@ def _triggers(
                         "FC091",
                         f"filter.{key}: GitHub's {trigger.get('event')} payload does not carry {key}, so this"
                         " filter can never be proven and the trigger never fires",
-                        _place(locations, f"{base}.filter.{key}", path),
+                        place(locations, f"{base}.filter.{key}", path),
                         "remove the key, or use an event whose payload carries it",
                         warning=True,
                     )
                 )
         unconnected = triggers.unconnected_problem(str(trigger.get("provider")))
         if unconnected:
-            out.append(_at("FC092", unconnected, _place(locations, f"{base}.provider", path), warning=True))
+            out.append(_at("FC092", unconnected, place(locations, f"{base}.provider", path), warning=True))
         schedule = trigger.get("schedule")
         if isinstance(schedule, Mapping) and isinstance(schedule.get("cron"), str):
-            where = _place(locations, f"{base}.schedule.cron", path)
+            where = place(locations, f"{base}.schedule.cron", path)
             try:
                 cron.expression_for_trigger(schedule["cron"])
             except cron.CronError as exc:
@@ -332,7 +323,7 @@ def _runner(runner: RunnerSpec, root: str) -> list[Diagnostic]:
     path = f"{root}/{runner.path}"
     out = []
     platform = runner.platform or {}
-    where = _place(runner.locations, "platform", path)
+    where = place(runner.locations, "platform", path)
     if platform.get("os") == "macos":
         out.append(
             _at(
@@ -355,13 +346,13 @@ def _runner(runner: RunnerSpec, root: str) -> list[Diagnostic]:
                 "FC091",
                 "platform.linux.dockerImage is not run: factoryctl runs the agent in a bubblewrap"
                 ' sandbox over the worker\'s own system (docs/workers.md, "Sandbox")',
-                _place(runner.locations, "platform.linux.dockerImage", path),
+                place(runner.locations, "platform.linux.dockerImage", path),
                 warning=True,
             )
         )
     if platform.get("os") == "macos" and platform.get("arch") == "x86_64":
         out.append(
-            _at("FC066", "macOS runners are aarch64 only", _place(runner.locations, "platform.arch", path))
+            _at("FC066", "macOS runners are aarch64 only", place(runner.locations, "platform.arch", path))
         )
     if runner.instance_shape:
         out.append(
@@ -369,7 +360,7 @@ def _runner(runner: RunnerSpec, root: str) -> list[Diagnostic]:
                 "FC091",
                 "instanceShape is recorded and logged on each run; factoryctl's workers do not enforce"
                 " CPU or memory sizes yet",
-                _place(runner.locations, "instanceShape", path),
+                place(runner.locations, "instanceShape", path),
                 warning=True,
             )
         )
@@ -382,7 +373,7 @@ def _scorer(scorer: ScorerSpec, agents: set[str], root: str) -> list[Diagnostic]
     for index, name in enumerate(scorer.agents):
         if name not in agents:
             out.append(
-                _at("FC066", f"unknown agent '{name}'", _place(scorer.locations, f"agents[{index}]", path))
+                _at("FC066", f"unknown agent '{name}'", place(scorer.locations, f"agents[{index}]", path))
             )
     passing = scorer.document.get("passingScore", 0)
     scores = [label.get("score", 0) for label in scorer.document.get("labels", [])]
@@ -391,14 +382,14 @@ def _scorer(scorer: ScorerSpec, agents: set[str], root: str) -> list[Diagnostic]
             _at(
                 "FC066",
                 "labels need at least one score at or above passingScore and one below it",
-                _place(scorer.locations, "labels", path),
+                place(scorer.locations, "labels", path),
             )
         )
     out.append(
         _at(
             "FC091",
             "scorers are stored and shown; factoryctl does not score runs yet",
-            _place(scorer.locations, "name", path),
+            place(scorer.locations, "name", path),
             warning=True,
         )
     )
@@ -409,14 +400,14 @@ def _benchmark(suite: BenchmarkSpec, agents: set[str], root: str) -> list[Diagno
     path = f"{root}/{suite.path}"
     out = []
     if suite.agent not in agents:
-        out.append(_at("FC066", f"unknown agent '{suite.agent}'", _place(suite.locations, "agent", path)))
+        out.append(_at("FC066", f"unknown agent '{suite.agent}'", place(suite.locations, "agent", path)))
     for index, slug in enumerate(suite.task_order):
         if slug not in suite.tasks:
             out.append(
                 _at(
                     "FC066",
                     f"task '{slug}' has no file tasks/{slug}.yaml",
-                    _place(suite.locations, f"tasks[{index}]", path),
+                    place(suite.locations, f"tasks[{index}]", path),
                 )
             )
     for slug in sorted(set(suite.tasks) - set(suite.task_order)):
@@ -424,14 +415,14 @@ def _benchmark(suite: BenchmarkSpec, agents: set[str], root: str) -> list[Diagno
             _at(
                 "FC066",
                 f"tasks/{slug}.yaml is not listed in the suite's tasks",
-                _place(suite.locations, "tasks", path),
+                place(suite.locations, "tasks", path),
             )
         )
     out.append(
         _at(
             "FC091",
             "benchmark suites are stored and shown; factoryctl does not run them yet",
-            _place(suite.locations, "name", path),
+            place(suite.locations, "name", path),
             warning=True,
         )
     )

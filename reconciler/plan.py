@@ -219,8 +219,9 @@ def diff(definition: FactoryDefinition, state: StoreState) -> Plan:
     """Every change needed to make the store match ``definition``.
 
     Ordered by kind (:data:`KIND_ORDER`, the registry's apply order: factory, skills, runners, webhooks,
-    agents, environments, automations, schedules, notifications, scorers, benchmarks); within a kind updates, then creates and replaces, then deletes, each by name. Apply
-    relies on that order: webhooks get their UIDs before the automations that name them are written.
+    agents, environments, automations, schedules, notifications, scorers, benchmarks); within a kind
+    updates, then creates and replaces, then deletes, each by name. Apply relies on that order: webhooks
+    get their UIDs before the automations that name them are written.
 
     A schedule names its automation by name, resolved when it fires (not at apply), so only its own
     file decides whether it changes: renaming the automation it runs is an update of its ``automation``.

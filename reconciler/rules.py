@@ -52,6 +52,7 @@ from reconciler.specs import (
     Location,
     NotificationSpec,
     ScheduleSpec,
+    place,
 )
 from store.rules import cron, notification_rules, payload_filter, urlpolicy
 
@@ -69,16 +70,6 @@ def _at(
     if where is None:
         return Diagnostic(rule, message, fallback, hint=hint)
     return Diagnostic(rule, message, where.path, where.line, where.column, hint=hint)
-
-
-def _place(locations: Mapping[str, Location], key: str, root: str) -> Location:
-    """The location of ``key`` or of its nearest recorded parent."""
-    while key:
-        if key in locations:
-            return locations[key]
-        cut = max(key.rfind("."), key.rfind("["))
-        key = key[:cut] if cut > 0 else ""
-    return locations.get("") or Location(root)
 
 
 def check(
@@ -181,7 +172,7 @@ def _duplicates(
 def _repositories(env: EnvironmentSpec, root: str) -> list[Diagnostic]:
     """FC011 for each repository URL or ref of ``env`` that git must not be given (docs/definitions.md)."""
     return [
-        _at("FC011", why, _place(env.locations, f"repos[{index}].{key}", root), _file(root, env.path))
+        _at("FC011", why, place(env.locations, f"repos[{index}].{key}", root), _file(root, env.path))
         for index, key, why in safegit.repository_problems(env.spec.get("repos"))
     ]
 
@@ -192,7 +183,7 @@ def _environment(
     env = config.get("environment_id")
     if not isinstance(env, str) or env in known:
         return []
-    where = _place(locations, f"{prefix}.environment_id", root)
+    where = place(locations, f"{prefix}.environment_id", root)
     hint = f"add environments/{env}.yaml" + (f" (defined: {', '.join(sorted(known))})" if known else "")
     return [_at("FC060", f"unknown environment '{env}'", where, root, hint=hint)]
 
@@ -212,7 +203,7 @@ def _automation(
             _at(
                 "FC061",
                 f"unknown agent '{automation.agent}'",
-                _place(locations, "agent", root),
+                place(locations, "agent", root),
                 root,
                 hint=f"add agents/{automation.agent}/agent.md (defined: {defined})",
             )
@@ -225,17 +216,17 @@ def _automation(
             if problem is not None:
                 rule, message, hint = problem
                 out.append(
-                    _at(rule, message, _place(locations, f"{base}.webhook_ids[{position}]", root), root, hint)
+                    _at(rule, message, place(locations, f"{base}.webhook_ids[{position}]", root), root, hint)
                 )
         for position, name in enumerate(trigger.webhooks):
             if name not in stems:
-                where = _place(locations, f"{base}.webhooks[{position}]", root)
+                where = place(locations, f"{base}.webhooks[{position}]", root)
                 out.append(_missing_webhook(name, stems, where, root))
         for found in payload_filter.check(trigger.payload_filter):
             key = ".".join([f"{base}.payload", *found.path])
             shown = payload_filter.format_path(found.path) if found.path else "payload"
             message = f"invalid payload filter at '{shown}': {found.message}"
-            out.append(_at("FC030", message, _place(locations, key, root), root))
+            out.append(_at("FC030", message, place(locations, key, root), root))
     return out
 
 
@@ -277,20 +268,20 @@ def _schedule(
         cron.parse(schedule.cron)
     except cron.CronError as exc:  # the message names the field, the value and why
         hint = None if exc.field is None else f"the fields are {', '.join(cron.FIELD_NAMES)}"
-        where = _place(locations, "cron", root)
+        where = place(locations, "cron", root)
         out.append(_at("FC070", f"invalid cron expression: {exc.message}", where, fallback, hint))
     try:
         cron.zone(schedule.timezone)
     except cron.CronError as exc:
         near = difflib.get_close_matches(schedule.timezone, zoneinfo.available_timezones(), n=1, cutoff=0.8)
         hint = f"did you mean '{near[0]}'?" if near and f"'{near[0]}'" not in exc.message else None
-        out.append(_at("FC071", exc.message, _place(locations, "timezone", root), fallback, hint))
+        out.append(_at("FC071", exc.message, place(locations, "timezone", root), fallback, hint))
     name = schedule.automation
     if name is not None and name not in automations:
         defined = ", ".join(sorted(automations)) or "none"
         message = f"automation '{name}' is not defined in this factory (automations: {defined})"
         hint = f"add automations/{name}/automation.md or name one of the factory's automations"
-        out.append(_at("FC072", message, _place(locations, "automation", root), fallback, hint))
+        out.append(_at("FC072", message, place(locations, "automation", root), fallback, hint))
     return out
 
 
@@ -307,17 +298,17 @@ def _notification(notification: NotificationSpec, root: str) -> list[Diagnostic]
             else None
         )
         message = f"notification URL refused: {refusal}"
-        out.append(_at("FC080", message, _place(locations, "url", root), fallback, hint))
+        out.append(_at("FC080", message, place(locations, "url", root), fallback, hint))
     try:
         notification_rules.canonical_events(list(notification.events))
     except notification_rules.RuleError as exc:
         hint = _near_event(notification.events, exc.field)
-        out.append(_at("FC081", str(exc), _place(locations, exc.field, root), fallback, hint))
+        out.append(_at("FC081", str(exc), place(locations, exc.field, root), fallback, hint))
     for key, value in notification.filter.items():  # each key on its own: one problem per key
         try:
             notification_rules.canonical_filter({key: value})
         except notification_rules.RuleError as exc:
-            out.append(_at("FC081", str(exc), _place(locations, exc.field, root), fallback))
+            out.append(_at("FC081", str(exc), place(locations, exc.field, root), fallback))
     return out
 
 
@@ -352,7 +343,7 @@ def _mcp_urls(definition: FactoryDefinition) -> list[Diagnostic]:
             url = server.get("url") if isinstance(server, Mapping) else None
             refusal = urlpolicy.url_refusal(url) if isinstance(url, str) else None
             if refusal is not None:
-                where = _place(locations, f"{prefix}.{name}.url", root)
+                where = place(locations, f"{prefix}.{name}.url", root)
                 out.append(_at("FC080", f"MCP server URL refused: {refusal}", where, _file(root, path)))
     return out
 
@@ -395,6 +386,6 @@ def _mcp_references(definition: FactoryDefinition) -> list[Diagnostic]:
                 listed = ", ".join(sorted(map(str, names))) or "none"
                 message = f"environment '{env}' defines no MCP server '{ref}' (defined: {listed})"
                 hint = f"add it under mcpServers in environments/{env}.yaml"
-                where = _place(locations, f"{prefix}.mcp_servers.{name}.warp_id", root)
+                where = place(locations, f"{prefix}.mcp_servers.{name}.warp_id", root)
                 out.append(_at("FC062", message, where, _file(root, path), hint))
     return out

@@ -43,6 +43,17 @@ class Location:
         return self.path
 
 
+def place(locations: Mapping[str, Location], key: str, fallback: str) -> Location:
+    """The location of ``key`` (``triggers[0].filter.labels``) or of its nearest recorded parent, else the
+    file's (``""``), else ``fallback``: where a rule's diagnostic points."""
+    while key:
+        if key in locations:
+            return locations[key]
+        cut = max(key.rfind("."), key.rfind("["))
+        key = key[:cut] if cut > 0 else ""
+    return locations.get("") or Location(fallback)
+
+
 @dataclass(frozen=True)
 class FactorySpec:
     """``factory.yaml``. ``settings`` holds the v1alpha1 keys kept as written (``schemaVersion``,

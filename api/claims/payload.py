@@ -118,6 +118,8 @@ async def claim_payload(
     if config.get("mcp_servers"):  # references expanded; commands only from the environment (agent-config.md)
         body["mcp_servers"] = expand_servers(config, environment).servers
     body.update(await definition_payload(session, run, config))
+    if refs := run_secret_refs(config):  # the names the worker asks values for: computed here, once
+        body["secret_refs"] = refs
     return {"run": body, "lease_seconds": lease_seconds, "lease_token": run.lease_token}
 
 

@@ -31,7 +31,6 @@ from typing import Any, Protocol
 from factoryctl.worker import EnvironmentSetupFailed
 
 SECRET_PREFIX = "secret:"  # noqa: S105 - a reference prefix, not a secret
-MANAGED_SECRET = "managedSecret"  # noqa: S105 - the harness auth source's name, not a secret
 
 
 class SecretSource(Protocol):
@@ -97,18 +96,10 @@ def secret_refs(run: Mapping[str, Any]) -> list[str]:
 
 
 def run_secret_names(run: Mapping[str, Any]) -> list[str]:
-    """The secrets the run's config grants it: ``secrets``, then a ``managedSecret`` harness auth's."""
-    config = run.get("agent_config")
-    if not isinstance(config, Mapping):
-        return []
-    names = [n for n in config.get("secrets") or [] if isinstance(n, str) and n]
-    harness = config.get("harness")
-    auth = harness.get("auth") if isinstance(harness, Mapping) else None
-    if isinstance(auth, Mapping) and auth.get("source") == MANAGED_SECRET:
-        secret = auth.get("secret_name")
-        if isinstance(secret, str) and secret:
-            names.append(secret)
-    return list(dict.fromkeys(names))
+    """The secrets the run's config grants it (``secrets``, then a ``managedSecret`` harness auth's), as
+    the claim names them (``secret_refs``: the server computes them, docs/workers.md "Secrets")."""
+    refs = run.get("secret_refs")
+    return [n for n in refs if isinstance(n, str) and n] if isinstance(refs, list) else []
 
 
 async def resolve_claim(run: Mapping[str, Any], source: SecretSource) -> dict[str, Any]:
