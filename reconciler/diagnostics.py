@@ -34,6 +34,7 @@ RULES: dict[str, str] = {
     "FC081": "Invalid notification events or filter",
     "FC082": "Too many notification endpoints in one factory",
     "FC045": "Invalid trigger",
+    "FC046": "Alias already taken",
     "FC063": "Not exactly one foreman",
     "FC064": "Invalid harness",
     "FC065": "Unknown runner",

@@ -10,6 +10,7 @@
   (:func:`store.secrets.webhook_problem` and :func:`store.secrets.run_problem`, the rules the API keeps).
   A run reference to a missing secret is left to run creation (422), as before, except the secrets a
   v1alpha1 tree names (``secrets`` lists, ``harness.auth.secretName``): those must exist (FC040).
+- a v1alpha1 ``alias`` is no other factory's in the team, compared case-insensitively (FC046);
 - a notification endpoint's ``secretName`` exists (FC040), is a ``webhook`` secret (FC044: it signs
   messages, so no run may read it) and is a Standard Webhooks secret (FC042), since every message is
   signed with it (docs/notifications.md, "Signatures").
@@ -25,6 +26,7 @@ import binascii
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from reconciler.diagnostics import Diagnostic
@@ -32,6 +34,7 @@ from reconciler.rules import is_webhook_uid
 from reconciler.specs import FactoryDefinition, Location, NotificationSpec, WebhookSpec
 from store import secrets
 from store.crypto import SecretBox
+from store.models import Factory
 
 SCOPE_RULE = "FC044"  # secret scope does not fit its use
 WHSEC_PREFIX = "whsec_"
@@ -77,6 +80,7 @@ async def check(
         out += await _notification(session, box, team_id, definition.root, notification, values)
     out += await _run_references(session, team_id, definition)
     out += await _missing_named(session, team_id, definition)
+    out += await _alias(session, team_id, definition)
     if known_webhooks is not None:
         out += _uids(definition, known_webhooks)
     return sorted(out, key=lambda d: (d.path, d.line, d.column, d.rule))
@@ -228,6 +232,25 @@ async def _missing_named(
         for name, key, locations, path in refs
         if name not in found
     ]  # fmt: skip
+
+
+async def _alias(session: AsyncSession, team_id: str, definition: FactoryDefinition) -> list[Diagnostic]:
+    """FC046 when another factory of the team has the same ``alias``, compared case-insensitively (the
+    foreman's @-mention handle must name one factory)."""
+    factory = definition.factory
+    alias = factory.alias.strip() if factory.alias else ""
+    if not alias:
+        return []
+    stmt = select(Factory.name).where(
+        Factory.team_id == team_id, func.lower(Factory.alias) == alias.lower(), Factory.name != factory.name
+    )
+    taken = (await session.execute(stmt.limit(1))).scalar_one_or_none()
+    if taken is None:
+        return []
+    where = factory.locations.get("alias")
+    hint = "an alias is unique in the team, compared case-insensitively; choose another"
+    message = f"alias '{alias}' is already factory '{taken}''s"
+    return [_diag("FC046", message, where, f"{definition.root}/{factory.path}", hint)]
 
 
 async def _run_references(

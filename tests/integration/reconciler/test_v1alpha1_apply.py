@@ -216,3 +216,28 @@ async def test_the_full_fixture_applies_then_plans_nothing(
         "agent", "automation", "benchmark", "factory", "runner", "schedule", "scorer", "skill",
     ]  # fmt: skip
     assert (await apply(sessions, box, clock, root)).outcome == "noop"
+
+
+async def test_an_alias_is_one_factorys_in_the_team(
+    sessions: Sessions, box: SecretBox, clock: ManualClock, tmp_path: Path
+) -> None:
+    def tree(name: str, alias: str) -> Path:
+        return write(
+            tmp_path / name,
+            {
+                "factory.yaml": (
+                    f"schemaVersion: v1alpha1\nname: {name}\nalias: {alias}\n"
+                    "repositories: [{owner: acme, name: api}]\nagentDefaults: {model: auto}\n"
+                ),
+                "agents/lead/agent.md": "---\nagentType: FOREMAN\n---\nLead.\n",
+            },
+        )
+
+    assert (await apply(sessions, box, clock, tree("first", "Acme Bot"))).outcome == "succeeded"
+    again = await apply(sessions, box, clock, tree("first", "Acme Bot"))
+    assert again.outcome == "noop"  # its own alias is no clash
+    clash = await apply(sessions, box, clock, tree("second", "acme bot"))
+    assert clash.outcome == "failed"
+    [found] = [d for d in clash.diagnostics if d.severity == "error"]
+    assert (found.rule, found.line) == ("FC046", 3)
+    assert found.message == "alias 'acme bot' is already factory 'first''s"
