@@ -16,10 +16,19 @@ $(STAMP): pyproject.toml
 	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-# Test data from npm (package.json: the official GitHub webhook example payloads and their signer).
+# Test data and tools from npm (package.json, pinned by package-lock.json): the official GitHub webhook
+# example payloads and their signer, and the agent CLIs the worker presets drive in tests (Claude Code,
+# Codex, Gemini CLI; ~900 MB). Without npm nothing is installed and `make test` says what that costs.
 NODE_STAMP := node_modules/.package-lock.json
+NPM := $(shell command -v npm 2>/dev/null)
 $(NODE_STAMP): package-lock.json
+ifeq ($(NPM),)
+	@echo "warning: npm is not installed, so package.json's test data and agent CLIs are not: the tests" >&2
+	@echo "  that read the GitHub webhook examples fail, and the tests that drive claude, codex and gemini" >&2
+	@echo "  skip. Install Node.js 20+ with npm (apt-get install nodejs npm) and run make again." >&2
+else
 	npm ci --no-audit --no-fund
+endif
 
 install: $(STAMP) $(NODE_STAMP)
 
