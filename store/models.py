@@ -441,8 +441,9 @@ class Run(Base):
             sqlite_where=text("delivery_id IS NOT NULL"),
             postgresql_where=text("delivery_id IS NOT NULL"),
         ),
-        # Claim queue: oldest QUEUED run for a worker host.
-        Index("ix_runs_queue", "state", "worker_host", "queued_at"),
+        # Claim queue: oldest QUEUED run for a worker host; ``harness_type`` last, so a worker's offered
+        # harnesses filter inside the index without changing its order (docs/workers.md, "Harnesses").
+        Index("ix_runs_queue", "state", "worker_host", "queued_at", "harness_type"),
         Index("ix_runs_lease", "state", "lease_expires_at"),
         # Finished runs still holding log lines, oldest first: what log retention prunes (docs/operations.md).
         Index(
@@ -496,6 +497,14 @@ class Run(Base):
     log_lines: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     log_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     log_dropped: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The agent CLI preset the run needs ("claude" | "codex" | "gemini"), "" when any worker may run it:
+    # only a worker offering that preset claims it (api/claims/queue.py).
+    harness_type: Mapped[str] = mapped_column(String(20), default="", server_default="")
+    # Token and cost totals of the run's ``usage`` events over all attempts: {input_tokens, output_tokens,
+    # cost_usd}; NULL until the first (api/claims/transcript.py).
+    request_usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The attempt whose ``session`` event set ``session_id``: the first of each attempt wins.
+    session_attempt: Mapped[int | None] = mapped_column(Integer)
 
 
 class RunAttachment(Base):

@@ -71,6 +71,24 @@ def hosts(body: dict[str, Any]) -> list[str]:
     return found
 
 
+def harnesses(body: dict[str, Any]) -> list[str] | None:
+    """The harness types the worker offers (``harnesses``); None when it says nothing (it claims any run,
+    as workers did before presets; docs/workers.md, "Harnesses")."""
+    raw = body.get("harnesses")
+    if raw is None:
+        return None
+    if (
+        not isinstance(raw, list)
+        or len(raw) > 20
+        or not all(isinstance(h, str) and 0 < len(h) <= 40 for h in raw)
+    ):
+        raise ValidationFailed(
+            "harnesses must be a list of at most 20 harness type names",
+            errors=[field_error("harnesses", "invalid")],
+        )
+    return sorted(set(raw))
+
+
 def wait_seconds(body: dict[str, Any], maximum: float) -> float:
     value = body.get("wait_seconds", 0)
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:

@@ -5,8 +5,13 @@ Shape (read by :meth:`factoryctl.worker.job.Job.from_claim` from ``run``)::
     {"run": {run_id, title, prompt, base_prompt?, skill_body?, environment?, runner?, skills?,
              agent_config, model_id,
              attachments: [{file_name, mime_type, data (base64)}], followups: [{followup_id, mode}],
-             attempt, worker_host, lease_expires_at, conversation_id, parent_run_id, metadata},
+             attempt, worker_host, lease_expires_at, conversation_id, parent_run_id, metadata,
+             resume_session_id?},
      "lease_seconds": 30, "lease_token": "..."}
+
+``resume_session_id`` is the agent session an earlier attempt of the run recorded, for the preset to
+resume (a follow-up that re-queued a finished run); absent otherwise. The run's harness (type,
+``model_id``, ``reasoning_level``, auth) is ``agent_config.harness``.
 
 ``lease_token`` is the claim's own token: the worker presents it on every call for the run
 (docs/workers.md, "Leases").
@@ -118,9 +123,19 @@ async def claim_payload(
     if config.get("mcp_servers"):  # references expanded; commands only from the environment (agent-config.md)
         body["mcp_servers"] = expand_servers(config, environment).servers
     body.update(await definition_payload(session, run, config))
+    if resume := resume_session(run):
+        body["resume_session_id"] = resume
     if refs := run_secret_refs(config):  # the names the worker asks values for: computed here, once
         body["secret_refs"] = refs
     return {"run": body, "lease_seconds": lease_seconds, "lease_token": run.lease_token}
+
+
+def resume_session(run: Run) -> str | None:
+    """The agent session a claimed attempt continues: the one an earlier attempt recorded (``session``
+    events, :mod:`api.claims.transcript`), when this attempt is a follow-up's continuation of it."""
+    if run.session_id and run.session_attempt is not None and run.session_attempt < run.attempt:
+        return run.session_id
+    return None
 
 
 async def _run_environment(

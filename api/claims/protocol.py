@@ -1,8 +1,8 @@
 """One path per worker call: what the HTTP routes and the service-hosted workers both call.
 
-A worker claims a run (with its claim answer), heartbeats, sends log lines, reports the outcome and
-reads the run's secrets. Self-hosted workers make these calls over HTTP (:mod:`api.claims.routes`
-parses, authorizes and serialises), service-hosted workers in-process
+A worker claims a run (with its claim answer), heartbeats, sends log lines and its agent's transcript
+events, reports the outcome and reads the run's secrets. Self-hosted workers make these calls over HTTP
+(:mod:`api.claims.routes` parses, authorizes and serialises), service-hosted workers in-process
 (:mod:`factoryctl.serve.local_workers`); both reach the store only through :class:`WorkerProtocol`,
 so the lease rule, the log caps, claim-time skill and MCP resolution and the event wake-ups hold
 whatever the path (docs/workers.md).
@@ -23,7 +23,7 @@ from aiohttp import web
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.claims import queue, run_logs
+from api.claims import queue, run_logs, transcript
 from api.claims.errors import LeaseRefused, NotLeaseHolder
 from api.claims.payload import claim_payload, complete_claim, followup_json, run_secret_names
 from api.context import BOX, CLOCK, SESSIONS, SETTINGS
@@ -104,19 +104,35 @@ class WorkerProtocol:
         )
 
     async def claim(
-        self, hosts: Sequence[str], owner: str, *, team_id: str | None = None, peek: bool = False
+        self,
+        hosts: Sequence[str],
+        owner: str,
+        *,
+        team_id: str | None = None,
+        peek: bool = False,
+        harnesses: Sequence[str] | None = None,
     ) -> dict[str, Any] | None:
-        """Claim the oldest run queued for ``hosts`` and answer it (:mod:`api.claims.payload`); None when
-        there is none. ``peek`` reads first, so idle pollers never take write locks."""
+        """Claim the oldest run queued for ``hosts`` that a worker offering ``harnesses`` runs (None: any
+        run) and answer it (:mod:`api.claims.payload`); None when there is none. ``peek`` reads first, so
+        idle pollers never take write locks."""
         if peek:
             async with self.sessions() as session:
-                if not await queue.queued_exists(session, worker_hosts=hosts, team_id=team_id):
+                found = await queue.queued_exists(
+                    session, worker_hosts=hosts, team_id=team_id, harnesses=harnesses
+                )
+                if not found:
                     return None
         lease = self.lease_seconds
         while True:  # a run whose skill fails at claim time ends FAILED; then take the next one
             async with self.sessions() as session, session.begin():
                 run = await queue.claim_next(
-                    session, self.clock, worker_hosts=hosts, owner=owner, lease_seconds=lease, team_id=team_id
+                    session,
+                    self.clock,
+                    worker_hosts=hosts,
+                    owner=owner,
+                    lease_seconds=lease,
+                    team_id=team_id,
+                    harnesses=harnesses,
                 )
                 if run is None:
                     return None
@@ -181,6 +197,28 @@ class WorkerProtocol:
                 lease_token=holder.lease_token,
                 team_id=holder.team_id,
                 limits=self.log_limits,
+            )
+        self.committed()
+        return count
+
+    async def append_events(self, run_id: str, holder: Holder, batch: Sequence[Any]) -> int:
+        """Append the agent's transcript events (``{kind, data}`` objects or parsed
+        :class:`~api.claims.transcript.TranscriptEvent` values) within the run's event cap
+        (:mod:`api.claims.transcript`); how many were stored. A malformed or oversized batch is
+        :class:`api.ValidationFailed` before anything is read."""
+        if all(isinstance(e, transcript.TranscriptEvent) for e in batch):
+            parsed: list[transcript.TranscriptEvent] = list(batch)
+        else:
+            parsed = transcript.parse_events(list(batch))
+        async with self.sessions() as session, session.begin():
+            count = await transcript.append_events(
+                session,
+                self.clock,
+                run_id,
+                parsed,
+                owner=holder.owner,
+                lease_token=holder.lease_token,
+                team_id=holder.team_id,
             )
         self.committed()
         return count

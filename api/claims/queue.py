@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.claims.errors import NotLeaseHolder
 from api.runs import events
+from api.runs.config import PRESET_HARNESSES
 from api.runs.states import (
     LEASED,
     TERMINAL,
@@ -60,14 +61,24 @@ class Heartbeat:
     followups: list[RunFollowup] = field(default_factory=list)
 
 
-def _scope(worker_hosts: Sequence[str], team_id: str | None) -> list[ColumnElement[bool]]:
+def _scope(
+    worker_hosts: Sequence[str], team_id: str | None, harnesses: Sequence[str] | None = None
+) -> list[ColumnElement[bool]]:
     conds: list[ColumnElement[bool]] = [Run.state == RunState.QUEUED.value]
     conds.append(
         Run.worker_host == worker_hosts[0] if len(worker_hosts) == 1 else Run.worker_host.in_(worker_hosts)
     )
     if team_id is not None:
         conds.append(Run.team_id == team_id)
+    if harnesses is not None:  # the last column of ix_runs_queue: filtered inside the index scan
+        conds.append(Run.harness_type.in_(claimable_presets(harnesses)))
     return conds
+
+
+def claimable_presets(harnesses: Sequence[str]) -> list[str]:
+    """The ``runs.harness_type`` values a worker offering ``harnesses`` claims: ``""`` (any worker's runs)
+    and the agent CLI presets it offers (docs/workers.md, "Harnesses")."""
+    return ["", *sorted({h for h in harnesses if h in PRESET_HARNESSES})]
 
 
 async def claim_next(
@@ -78,8 +89,13 @@ async def claim_next(
     owner: str,
     lease_seconds: float,
     team_id: str | None = None,
+    harnesses: Sequence[str] | None = None,
 ) -> Run | None:
     """Claim the oldest QUEUED run routed to one of ``worker_hosts`` ("" = service-hosted).
+
+    ``harnesses`` are the harness types the worker offers: a run needing an agent CLI preset
+    (``runs.harness_type``) is claimed only by a worker offering it; None (a worker that says nothing)
+    claims any run, as before presets existed.
 
     The run becomes CLAIMED with a lease held by ``owner`` until now + ``lease_seconds``, and its
     ``attempt`` counts the claim. The claim draws a fresh random ``lease_token`` (the claim answer
@@ -97,7 +113,7 @@ async def claim_next(
     now = clock.now()
     pick = (
         # exactly the ix_runs_queue order: one index probe, no sort
-        select(Run.run_id).where(*_scope(worker_hosts, team_id)).order_by(Run.queued_at).limit(1)
+        select(Run.run_id).where(*_scope(worker_hosts, team_id, harnesses)).order_by(Run.queued_at).limit(1)
     )
     if dialect == "postgresql":
         pick = pick.with_for_update(skip_locked=True)
@@ -123,12 +139,16 @@ async def claim_next(
 
 
 async def queued_exists(
-    session: AsyncSession, *, worker_hosts: Sequence[str], team_id: str | None = None
+    session: AsyncSession,
+    *,
+    worker_hosts: Sequence[str],
+    team_id: str | None = None,
+    harnesses: Sequence[str] | None = None,
 ) -> bool:
     """A cheap read-only check for idle pollers, so they do not take write locks for nothing."""
     if not worker_hosts:
         return False
-    return bool(await session.scalar(select(exists().where(*_scope(worker_hosts, team_id)))))
+    return bool(await session.scalar(select(exists().where(*_scope(worker_hosts, team_id, harnesses)))))
 
 
 async def locked_run(session: AsyncSession, run_id: str, team_id: str | None) -> Run:

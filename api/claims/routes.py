@@ -1,6 +1,6 @@
 """``/api/v1/workers``: the worker protocol over HTTP (docs/workers.md).
 
-- ``POST /workers/claim`` ``{worker_host, wait_seconds, worker_id?}`` long-polls up to
+- ``POST /workers/claim`` ``{worker_host, wait_seconds, worker_id?, harnesses?}`` long-polls up to
   ``min(wait_seconds, claim_wait_max_seconds)``: ``200`` with the run, its lease and ``lease_token``,
   ``204`` idle.
 - ``POST /workers/runs/{id}/heartbeat`` ``{state?: "INPROGRESS", worker_id?, lease_token}`` extends the
@@ -9,6 +9,9 @@
   state machine.
 - ``POST /workers/runs/{id}/logs`` ``{lines: [{stream, text}], worker_id?, lease_token}`` appends to the
   run log, within the run's log caps; a body over :data:`LOG_REQUEST_BYTES` is ``413``.
+- ``POST /workers/runs/{id}/events`` ``{events: [{kind, data}], worker_id?, lease_token}`` appends the
+  agent's transcript (``message``, ``tool_call``, ``tool_result``, ``usage``, ``session``; bounded, 422
+  otherwise: :mod:`api.claims.transcript`) to the run's event stream; answers ``{accepted}``.
 - ``POST /workers/runs/{id}/secrets`` ``{worker_id?, lease_token}`` answers ``{secrets: {NAME: value}}``: the
   current values of the team secrets *this run* references (computed from the stored run, never
   from the request), to the lease holder only, while the run is CLAIMED or INPROGRESS. Only
@@ -35,7 +38,7 @@ from sqlalchemy import select
 
 from api import NotAuthorized, ValidationFailed
 from api.auth import principal, require_worker_host
-from api.claims import bodies
+from api.claims import bodies, transcript
 from api.claims.protocol import WorkerProtocol
 from api.context import SETTINGS, sessions
 from api.http.bodies import SMALL_BODY_BYTES, field_error, read_json_object
@@ -51,6 +54,9 @@ POLL_SECONDS = 0.25  # how often a long poll re-checks the store for runs queued
 # One log request's body (docs/workers.md, "Log limits"): well under the app's client_max_size (8 MiB),
 # so the documented limit, not aiohttp's, answers the 413. Workers batch by encoded bytes below it.
 LOG_REQUEST_BYTES = 4 * 1024 * 1024
+# One transcript request's body, like the log's: workers batch by encoded bytes below it (and by
+# api.claims.transcript.MAX_EVENTS_PER_CALL events).
+EVENTS_REQUEST_BYTES = 4 * 1024 * 1024
 
 __all__ = ["setup"]
 
@@ -62,6 +68,7 @@ async def claim(request: web.Request) -> web.Response:
     for host in hosts:
         await require_worker_host(request, host)
     owner = bodies.owner(who, body)
+    offered = bodies.harnesses(body)
     wait = bodies.wait_seconds(body, request.app[SETTINGS].claim_wait_max_seconds)
     protocol = WorkerProtocol.of(request.app)
     signal = claim_signal(request.app)
@@ -70,7 +77,7 @@ async def claim(request: web.Request) -> web.Response:
     peek = False  # idle re-checks read first, so idle workers never take write locks
     while True:
         woken = signal.current()
-        payload = await protocol.claim(hosts, owner, team_id=who.team_id, peek=peek)
+        payload = await protocol.claim(hosts, owner, team_id=who.team_id, peek=peek, harnesses=offered)
         if payload is not None:
             return web.json_response(payload)
         peek = True
@@ -136,6 +143,15 @@ async def logs_route(request: web.Request) -> web.Response:
     return web.json_response({"run_id": run_id, "appended": count})
 
 
+async def events_route(request: web.Request) -> web.Response:
+    run_id = request.match_info["run_id"]
+    who = await _authorize_for_run(request, run_id)
+    body = await read_json_object(request, max_bytes=EVENTS_REQUEST_BYTES)
+    batch = transcript.parse_events(body.get("events"))
+    count = await WorkerProtocol.of(request.app).append_events(run_id, bodies.holder(who, body), batch)
+    return web.json_response({"run_id": run_id, "accepted": count})
+
+
 async def secrets_route(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     who = await _authorize_for_run(request, run_id)
@@ -149,4 +165,5 @@ def setup(app: web.Application) -> None:
     app.router.add_post(PREFIX + "/runs/{run_id}/heartbeat", heartbeat_route)
     app.router.add_post(PREFIX + "/runs/{run_id}/state", state_route)
     app.router.add_post(PREFIX + "/runs/{run_id}/logs", logs_route)
+    app.router.add_post(PREFIX + "/runs/{run_id}/events", events_route)
     app.router.add_post(PREFIX + "/runs/{run_id}/secrets", secrets_route)

@@ -12,8 +12,9 @@ defaults is worse than an error. Only the request layer is validated here; the o
 checked when their definitions applied, and unknown keys in them are dropped on resolution.
 
 A skill spec is also checked for what the resolver refuses (``..``, absolute paths: the same function,
-:func:`api.runs.skills.parse_skill_spec`); ``harness`` may only choose the ``type`` — the command a worker
-runs is the worker's own, and definitions refuse ``harness.command`` the same way (docs/definitions.md).
+:func:`api.runs.skills.parse_skill_spec`); ``harness`` may only choose the ``type`` (with the SDK's
+``model_id`` and ``reasoning_level``) — the command a worker runs is the worker's own, and definitions
+refuse ``harness.command`` the same way (docs/definitions.md).
 Likewise an MCP server may not name a ``command`` (only an environment defines one, a run references it by
 name) and its URL obeys the outbound address rules: :mod:`api.runs.mcp`.
 """
@@ -40,7 +41,10 @@ CONFIG_KEYS = (
 )
 # Keys only definitions set (an automation, its agent), never a run request (docs/agent-config.md).
 DEFINITION_KEYS = ("runner", "secrets", "skills")
-HARNESS_TYPES = ("oz", "echo", "command")  # oz: the worker's default harness (the SDKs' default)
+# The agent CLI presets (docs/agents.md): a run asking for one is claimed only by a worker offering it.
+PRESET_HARNESSES = ("claude", "codex", "gemini")
+HARNESS_TYPES = ("oz", "echo", "command", *PRESET_HARNESSES)  # oz: the worker's default (the SDKs' default)
+HARNESS_KEYS = ("type", "model_id", "reasoning_level")  # the SDK's harness fields a run may set
 SERVICE_HOSTED = "warp"  # the literal worker_host that means "service-hosted workers"
 
 _SHORT_KEYS = {"name": 200, "model_id": 200, "environment_id": 200, "worker_host": 200}
@@ -218,13 +222,25 @@ def _check_harness(value: Any, where: str) -> list[dict[str, Any]]:
     if value is None:
         return []
     if not isinstance(value, Mapping):
-        return [field_error(where, "must be an object {type: oz|echo|command}")]
+        return [field_error(where, f"must be an object {{type: {'|'.join(HARNESS_TYPES)}}}")]
     errors = [
-        field_error(f"{where}.{key}", "unknown harness key; allowed: type") for key in value if key != "type"
+        field_error(f"{where}.{key}", f"unknown harness key; allowed: {', '.join(HARNESS_KEYS)}")
+        for key in value
+        if key not in HARNESS_KEYS
     ]
     if value.get("type") not in HARNESS_TYPES:
         errors.append(field_error(f"{where}.type", f"must be one of {', '.join(HARNESS_TYPES)}"))
+    for key in ("model_id", "reasoning_level"):
+        errors += _check_string(value.get(key), f"{where}.{key}", max_len=200)
     return errors
+
+
+def preset_of(config: Mapping[str, Any]) -> str:
+    """The agent CLI preset a run's resolved config needs (``runs.harness_type``): ``claude``, ``codex`` or
+    ``gemini``; ``""`` for every other harness (oz, echo, command, none), which any worker may run."""
+    harness = config.get("harness")
+    kind = harness.get("type") if isinstance(harness, Mapping) else None
+    return kind if isinstance(kind, str) and kind in PRESET_HARNESSES else ""
 
 
 def _check_string(value: Any, where: str, *, max_len: int, required: bool = False) -> list[dict[str, Any]]:

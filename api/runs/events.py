@@ -4,7 +4,9 @@ Every writer adds its events in the transaction of the change it records (the ca
 and the commit), so a rolled-back change leaves no event and a committed one always has its event.
 The hooks are: :func:`api.runs.records.apply_event` and :func:`api.claims.queue._apply` (state changes of one
 loaded run), the claim and the lease reaper (bulk state changes, :func:`state_rows`), run creation,
-follow-ups, and :func:`api.claims.run_logs.append_logs` (log lines, bounded by :data:`MAX_EVENTS_PER_RUN`).
+follow-ups, :func:`api.claims.run_logs.append_logs` (log lines) and
+:func:`api.claims.transcript.append_events` (the agent's transcript), both bounded by
+:data:`MAX_EVENTS_PER_RUN`.
 
 Ordering: every writer holds the run's row lock (or, on SQLite, the database write lock) from before it
 takes an id until it commits, so one run's events commit in id order and a reader polling "id > last"
@@ -28,7 +30,7 @@ from store import bulk
 from store.clock import rfc3339
 from store.models import Run, RunEvent
 
-MAX_EVENTS_PER_RUN: Final = 10_000  # docs/events.md, "Bounds": log events beyond it are dropped
+MAX_EVENTS_PER_RUN: Final = 10_000  # docs/events.md, "Bounds": output events beyond it are dropped
 STATE, FOLLOWUP, LOG, TRUNCATED = "state", "followup", "log", "truncated"
 _EVENTS: Table = cast("Table", RunEvent.__table__)
 _INSERT_EVENTS = insert(_EVENTS)
@@ -130,20 +132,33 @@ async def record_logs(
     *,
     cap: int = MAX_EVENTS_PER_RUN,
 ) -> int:
-    """``log`` events for ``lines`` within the run's cap; the first line beyond it adds one ``truncated``
-    marker instead (docs/events.md, "Bounds"). Returns how many log events were written.
+    """``log`` events for ``lines`` within the run's cap (:func:`record_capped`); how many were written."""
+    return await record_capped(
+        session, run, [(LOG, {"stream": s, "text": t}) for s, t in lines], now, cap=cap
+    )
+
+
+async def record_capped(
+    session: AsyncSession,
+    run: Run,
+    items: Sequence[tuple[str, Mapping[str, Any]]],
+    now: dt.datetime,
+    *,
+    cap: int = MAX_EVENTS_PER_RUN,
+) -> int:
+    """Events ``(kind, data)`` of a worker's output (log lines, transcript) within the run's cap; the first
+    one beyond it adds one ``truncated`` marker instead (docs/events.md, "Bounds"). Returns how many
+    events were written.
 
     The count stops at ``cap`` (``LIMIT`` inside it): a run past the cap, whose state events keep coming,
     is never counted further than the cap. The marker is looked for newest first: once written it is
     among the run's last events, so a run that keeps logging past the cap finds it in a few index steps.
     """
     held = select(RunEvent.id).where(RunEvent.run_id == run.run_id).limit(cap).subquery()
-    room = cap - int(await session.scalar(select(func.count()).select_from(held)) or 0)
-    kept = lines[:room]
-    rows = [
-        _row(run.run_id, run.team_id, run.factory_uid, LOG, {"stream": s, "text": t}, now) for s, t in kept
-    ]
-    if len(kept) < len(lines):
+    room = max(0, cap - int(await session.scalar(select(func.count()).select_from(held)) or 0))
+    kept = items[:room]
+    rows = [_row(run.run_id, run.team_id, run.factory_uid, kind, data, now) for kind, data in kept]
+    if len(kept) < len(items):
         marked = await session.scalar(
             select(RunEvent.id)
             .where(RunEvent.run_id == run.run_id, RunEvent.kind == TRUNCATED)
@@ -278,6 +293,7 @@ __all__ = [
     "position_of",
     "read_after",
     "read_ordered",
+    "record_capped",
     "record_logs",
     "record_state",
     "state_data",

@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.http.pagination import Cursor, InvalidCursor, parse_timestamp_key, split_page, timestamp_key
 from api.runs import events
-from api.runs.config import worker_host_of
+from api.runs.config import preset_of, worker_host_of
 from api.runs.followup_limits import DEFAULT_FOLLOWUP_LIMITS, FollowupLimits, check_pending
 from api.runs.new_run import NewAttachment, NewRun
 from api.runs.states import TERMINAL, RunEvent, RunState, Transition, transition
@@ -140,6 +140,7 @@ def build_run_row(now: dt.datetime, new: NewRun) -> dict[str, Any]:
         "log_lines": 0,
         "log_bytes": 0,
         "log_dropped": 0,
+        "harness_type": preset_of(config),
     }
 
 

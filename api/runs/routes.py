@@ -29,7 +29,7 @@ from api.runs.followup_limits import FollowupLimits
 from api.runs.new_run import Creator, NewRun
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_ATTACHMENTS, MAX_PROMPT, parse_list_query, parse_run_request
-from api.runs.serialize import followup_item, log_line, run_item
+from api.runs.serialize import followup_item, item_context, log_line, run_item
 from api.runs.states import IllegalTransition, RunState
 from api.runs.stream import setup as setup_event_stream
 from store import NotFound
@@ -107,7 +107,10 @@ async def list_agent_runs(request: web.Request) -> web.Response:
         result = await runs.list_runs(session, who.team_id, query.filters, page)
     return web.json_response(
         {
-            "runs": [run_item(r, result.attachments.get(r.run_id, ())) for r in result.runs],
+            "runs": [
+                run_item(r, result.attachments.get(r.run_id, ()), **item_context(request))
+                for r in result.runs
+            ],
             "page_info": page_info(result.next_position, fp),
         }
     )
@@ -118,7 +121,7 @@ async def get_agent_run(request: web.Request) -> web.Response:
     async with sessions(request)() as session:
         run = await runs.get_run(session, who.team_id, request.match_info["run_id"])
         names = await runs.attachment_names(session, [run])
-    return web.json_response(run_item(run, names[run.run_id]))
+    return web.json_response(run_item(run, names[run.run_id], **item_context(request)))
 
 
 async def followup_agent_run(request: web.Request) -> web.Response:

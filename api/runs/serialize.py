@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from aiohttp import web
+
+from api.context import CLOCK, SETTINGS
+from api.runs.states import LEASED, RunState
 from store.clock import rfc3339
 from store.models import Run, RunFollowup, RunLog
 
 EXECUTION_LOCATION = "REMOTE"
+CONSOLE_RUNS = "/console/runs/"
 
 
-def run_item(run: Run, attachments: Sequence[str] = ()) -> dict[str, Any]:
+def run_item(
+    run: Run, attachments: Sequence[str] = (), *, base_url: str | None = None, now: dt.datetime | None = None
+) -> dict[str, Any]:
     """RunItem: identity, prompt, state, timestamps (RFC 3339 UTC), config, origin and factory fields;
-    ``schedule`` only for scheduled runs (docs/schedules.md, "Runs started by a schedule")."""
+    ``schedule`` only for scheduled runs (docs/schedules.md, "Runs started by a schedule"); the agent's
+    session, usage, run time and sandbox (docs/api.md, "Agent session and usage").
+
+    ``base_url`` is the server's public URL (``session_link`` is its console page for the run; None: the
+    stored link); ``now`` ends the ``run_time`` of a run still going (None: the run time so far is unknown
+    and only a finished run has one)."""
     return {
         "run_id": run.run_id,
         "task_id": run.run_id,
@@ -25,7 +38,7 @@ def run_item(run: Run, attachments: Sequence[str] = ()) -> dict[str, Any]:
         "started_at": rfc3339(run.started_at),
         "finished_at": rfc3339(run.finished_at),
         "session_id": run.session_id,
-        "session_link": run.session_link,
+        "session_link": session_link(run, base_url),
         "agent_config": {k: v for k, v in (run.agent_config or {}).items() if not k.startswith("_")},
         "source": run.source,
         "creator": {
@@ -48,7 +61,59 @@ def run_item(run: Run, attachments: Sequence[str] = ()) -> dict[str, Any]:
         "delivery_id": run.delivery_id,
         "schedule": schedule_info(run.schedule),
         "attachments": list(attachments),
+        "request_usage": request_usage(run.request_usage),
+        "run_time": run_time(run.started_at, run.finished_at or now),
+        "is_sandbox_running": RunState(run.state) in LEASED,
+        "artifacts": [],
     }
+
+
+def item_context(request: web.Request) -> dict[str, Any]:
+    """What :func:`run_item` takes from the app: its public URL and its clock's now."""
+    return {"base_url": request.app[SETTINGS].base_url, "now": request.app[CLOCK].now()}
+
+
+def session_link(run: Run, base_url: str | None) -> str | None:
+    """The console's page for the run's transcript, absolute under the public URL."""
+    if base_url is None:
+        return run.session_link
+    return f"{base_url.rstrip('/')}{CONSOLE_RUNS}{run.run_id}"
+
+
+def request_usage(total: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The SDK's ``RunItem.RequestUsage`` from ``runs.request_usage``: ``total_tokens`` (input + output) and,
+    once a CLI reported a cost, ``inference_cost_usd`` and ``inference_cost`` (the same US dollars: this
+    server has no credits). None before the first ``usage`` event. Only keys the SDK knows, so a strict
+    client parses it; the split by direction is in the run's ``usage`` events."""
+    if not total:
+        return None
+    out: dict[str, Any] = {
+        "total_tokens": int(total.get("input_tokens") or 0) + int(total.get("output_tokens") or 0)
+    }
+    cost = total.get("cost_usd")
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
+        out["inference_cost_usd"] = float(cost)
+        out["inference_cost"] = float(cost)
+    return out
+
+
+def run_time(started: dt.datetime | None, ended: dt.datetime | None) -> str | None:
+    """ISO 8601 duration (``PT2M30S``) from the start to the end (or to now, for a run still going); None
+    for a run that never started."""
+    if started is None or ended is None:
+        return None
+    total = max(0.0, (ended - started).total_seconds())
+    hours, rest = divmod(int(total), 3600)
+    minutes, seconds = divmod(rest, 60)
+    fraction = total - int(total)
+    text = "PT"
+    if hours:
+        text += f"{hours}H"
+    if minutes:
+        text += f"{minutes}M"
+    if seconds or fraction or text == "PT":
+        text += f"{seconds + fraction:.3f}".rstrip("0").rstrip(".") + "S"
+    return text
 
 
 def schedule_info(value: dict[str, Any] | None) -> dict[str, Any] | None:
