@@ -38,8 +38,18 @@ from factoryctl.worker.errors import (
     WorkerError,
 )
 from factoryctl.worker.errors import LeaseLost as LeaseLost  # re-exported: channels raise it from here
-from factoryctl.worker.harness import CommandHarness, Harness, OutputCallback, RedactingEmitter, harness_for
-from factoryctl.worker.job import Job, Outcome, redact
+from factoryctl.worker.harness import (
+    CommandHarness,
+    Harness,
+    OutputCallback,
+    RedactingEmitter,
+    harness_for,
+    offered_harnesses,
+)
+from factoryctl.worker.job import Job, Outcome, redact, redact_data
+from factoryctl.worker.presets.base import AgentEvent
+from factoryctl.worker.presets.harness import PresetHarness
+from factoryctl.worker.presets.registry import PRESET_TYPES, AgentCli
 from factoryctl.worker.resolve import SecretSource, resolve_claim
 from factoryctl.worker.runner import check_runner, runner_notes
 from factoryctl.worker.sandbox import Sandbox, sandbox_for
@@ -52,6 +62,8 @@ LogLine = tuple[str, str]
 
 MAX_LINE_CHARS = 16_384
 MAX_BUFFERED_LINES = 20_000
+MAX_BUFFERED_EVENTS = 5_000  # transcript events waiting to be sent (the server takes 500 per call)
+EVENT_BATCH = 500
 SHUTDOWN_MESSAGE = "the worker shut down before the run finished"
 # The terminal run states of the wire protocol (docs/api.md, "States").
 FINISHED_STATES = frozenset({"SUCCEEDED", "FAILED", "ERROR", "CANCELLED"})
@@ -80,6 +92,10 @@ class RunChannel(Protocol):
     async def send_logs(self, lines: Sequence[LogLine]) -> None:
         """Append output lines to the run's log; raises :class:`LeaseLost`."""
 
+    async def send_events(self, events: Sequence[AgentEvent]) -> None:
+        """Append transcript events (an agent preset's, at most :data:`EVENT_BATCH`) to the run's event
+        stream; raises :class:`LeaseLost`."""
+
     async def report(self, outcome: Outcome) -> None:
         """Report the final state; raises :class:`LeaseLost` when the server refuses it."""
 
@@ -98,6 +114,18 @@ class ExecutionSettings:
     sandbox: Sandbox | None = None
     sandbox_required: bool = False
     guarded: tuple[Path, ...] = ()  # no environment repository is cloned from inside these
+    # The agent presets' CLIs found at start (docs/workers.md, "Harnesses"): preset name -> its CLI.
+    agents: Mapping[str, AgentCli] = field(default_factory=dict)
+
+    @property
+    def offered(self) -> tuple[str, ...]:
+        """The harness types this worker runs (sent with its claims): ``echo``, its default harness and
+        ``command`` when it has a command; a preset only when its CLI was found."""
+        return tuple(
+            name
+            for name in offered_harnesses(self.harness, self.command)
+            if name not in PRESET_TYPES or name in self.agents
+        )
 
 
 class MaskingChannel:
@@ -113,6 +141,11 @@ class MaskingChannel:
     async def send_logs(self, lines: Sequence[LogLine]) -> None:
         await self.channel.send_logs([(stream, redact(text, self.secrets)) for stream, text in lines])
 
+    async def send_events(self, events: Sequence[AgentEvent]) -> None:
+        await self.channel.send_events(
+            [AgentEvent(e.kind, redact_data(dict(e.data), self.secrets)) for e in events]
+        )
+
     async def report(self, outcome: Outcome) -> None:
         await self.channel.report(_redacted(outcome, self.secrets))
 
@@ -123,11 +156,26 @@ def scrubbed_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 
 class LogBuffer:
-    """Output waiting to be sent; bounded so a stalled server cannot exhaust memory."""
+    """Output and transcript events waiting to be sent; bounded so a stalled server cannot exhaust
+    memory. Dropped events are counted like dropped lines (one ``system`` line says how many)."""
 
     def __init__(self) -> None:
         self.lines: list[LogLine] = []
+        self.events: list[AgentEvent] = []
         self.dropped = 0
+        self.dropped_events = 0
+
+    async def add_events(self, events: Sequence[AgentEvent]) -> None:
+        room = max(0, MAX_BUFFERED_EVENTS - len(self.events))
+        self.events.extend(events[:room])
+        self.dropped_events += len(events) - min(room, len(events))
+
+    def take_events(self) -> list[AgentEvent]:
+        events, self.events = self.events, []
+        return events
+
+    def put_back_events(self, events: list[AgentEvent]) -> None:
+        self.events = (events + self.events)[:MAX_BUFFERED_EVENTS]
 
     async def add(self, stream: str, text: str) -> None:
         if len(self.lines) >= MAX_BUFFERED_LINES:
@@ -142,6 +190,14 @@ class LogBuffer:
                 ("system", f"{self.dropped} output line(s) dropped: the log could not be sent in time")
             )
             self.dropped = 0
+        if self.dropped_events:
+            lines.append(
+                (
+                    "system",
+                    f"{self.dropped_events} transcript event(s) dropped: they could not be sent in time",
+                )
+            )
+            self.dropped_events = 0
         return lines
 
     def put_back(self, lines: list[LogLine]) -> None:
@@ -184,20 +240,24 @@ async def execute(
     buffer = LogBuffer()
     try:
         check_runner(job)
-        harness = harness_for(job.agent_config, settings.harness, settings.command, env=settings.harness_env)
-        sandbox = await sandbox_for(
-            job,
-            command_harness=isinstance(harness, CommandHarness),
-            sandbox=settings.sandbox,
-            required=settings.sandbox_required,
+        harness = harness_for(
+            job.agent_config,
+            settings.harness,
+            settings.command,
+            env=settings.harness_env,
+            agents=settings.agents,
         )
-        if isinstance(harness, CommandHarness):
+        runs_agent = isinstance(harness, CommandHarness | PresetHarness)
+        sandbox = await sandbox_for(
+            job, command_harness=runs_agent, sandbox=settings.sandbox, required=settings.sandbox_required
+        )
+        if isinstance(harness, CommandHarness | PresetHarness):
             harness.sandbox = sandbox  # decided once the harness type is known
     except (SandboxUnavailable, RunnerUnavailable, HarnessUnavailable) as exc:
         return await _finish(job, channel, buffer, Outcome.failed(str(exc), exc.error_code))
     except WorkerError as exc:
         return await _finish(job, channel, buffer, Outcome.error(str(exc), "harness_unavailable"))
-    work = asyncio.create_task(_run_in_workspace(job, harness, settings, cancel, buffer.add, sandbox))
+    work = asyncio.create_task(_run_in_workspace(job, harness, settings, cancel, buffer, sandbox))
     loop = asyncio.get_running_loop()
     next_heartbeat = loop.time() + settings.heartbeat_seconds
     shutdown = False
@@ -259,6 +319,18 @@ async def _finish(job: Job, channel: RunChannel, buffer: LogBuffer, outcome: Out
 
 
 async def _flush(channel: RunChannel, buffer: LogBuffer) -> None:
+    # Events first: a log line saying events were dropped then follows the events that were sent.
+    events = buffer.take_events()
+    for start in range(0, len(events), EVENT_BATCH):
+        batch = events[start : start + EVENT_BATCH]
+        try:
+            await channel.send_events(batch)
+        except LeaseLost:
+            raise
+        except Exception as exc:  # the server is unreachable; keep the events for the next flush
+            log.warning("cannot send run events (%s); will retry", exc)
+            buffer.put_back_events(events[start:])
+            break
     lines = buffer.take()
     if not lines:
         return
@@ -286,9 +358,10 @@ async def _run_in_workspace(
     harness: Harness,
     settings: ExecutionSettings,
     cancel: asyncio.Event,
-    on_output: OutputCallback,
+    buffer: LogBuffer,
     sandbox: Sandbox | None,
 ) -> Outcome:
+    on_output: OutputCallback = buffer.add
     try:
         path = await asyncio.to_thread(create_workspace, settings.workspace_root, job)
     except WorkerError as exc:
@@ -324,7 +397,7 @@ async def _run_in_workspace(
                 prepared = await _until_cancelled(runner, cancel)
                 if prepared is not None:
                     return _redacted(prepared, secrets)
-        return await harness.run(job, path, cancel=cancel, on_output=on_output)
+        return await harness.run(job, path, cancel=cancel, on_output=on_output, on_event=buffer.add_events)
     finally:
         if not settings.keep_workspace:
             try:

@@ -28,29 +28,38 @@ Secret values of the job's environment are replaced by ``***`` in streamed outpu
 from __future__ import annotations
 
 import asyncio
-import codecs
-import contextlib
 import os
 import re
 import shlex
-import signal
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from factoryctl.worker import HarnessError, HarnessUnavailable
 from factoryctl.worker.job import Job, Outcome, redact
-from factoryctl.worker.sandbox import Sandbox, start_process
-from factoryctl.worker.workspace import PROMPT_FILE, RESULT_FILE, SKILLS_DIR, replace_file, write_missing
+from factoryctl.worker.presets.base import AgentEvent
+from factoryctl.worker.presets.harness import PRESET_GRACE_SECONDS, PresetHarness
+from factoryctl.worker.presets.registry import PRESET_TYPES, AgentCli
 
-OutputCallback = Callable[[str, str], Awaitable[None]]
-"""``on_output(stream, line)``: stream is ``stdout``, ``stderr`` or ``system``; line has no newline."""
+# Re-exported (``X as X``): environment setup and the run loop share this plumbing.
+from factoryctl.worker.processes import DEFAULT_GRACE_SECONDS as DEFAULT_GRACE_SECONDS
+from factoryctl.worker.processes import STDERR_TAIL_CHARS as STDERR_TAIL_CHARS
+from factoryctl.worker.processes import OutputCallback as OutputCallback
+from factoryctl.worker.processes import OutputTail as OutputTail
+from factoryctl.worker.processes import RedactingEmitter as RedactingEmitter
+from factoryctl.worker.processes import pump_lines as pump_lines
+from factoryctl.worker.processes import run_process, signal_name
+from factoryctl.worker.processes import signal_process_group as signal_process_group
+from factoryctl.worker.processes import terminate_process_group as terminate_process_group
+from factoryctl.worker.processes import wait_for_exit as wait_for_exit
+from factoryctl.worker.sandbox import Sandbox
+from factoryctl.worker.workspace import PROMPT_FILE, RESULT_FILE, replace_file, run_environment, write_missing
 
-DEFAULT_GRACE_SECONDS = 5.0
-STDERR_TAIL_CHARS = 1024
-HARNESS_TYPES = ("echo", "command")
+EventCallback = Callable[[Sequence[AgentEvent]], Awaitable[None]]
+"""``on_event(events)``: transcript events a preset harness read from its CLI (secrets masked)."""
+
+HARNESS_TYPES = ("echo", "command", *PRESET_TYPES)
 DEFAULT_TYPE = "oz"  # the definitions' and SDKs' default: this worker's own harness (--harness)
-NOT_OFFERED = ("claude", "codex", "gemini")  # valid harness types this worker does not run (yet)
 
 ECHO_FAIL_MARKER = "[echo:fail]"
 _ECHO_SLEEP = re.compile(r"\[echo:sleep=(\d+(?:\.\d+)?)\]")
@@ -59,7 +68,13 @@ _PLACEHOLDER = re.compile(r"\{(model|workspace|run_id|prompt_file)\}")
 
 class Harness(Protocol):
     async def run(
-        self, job: Job, workspace: Path, *, cancel: asyncio.Event, on_output: OutputCallback | None = None
+        self,
+        job: Job,
+        workspace: Path,
+        *,
+        cancel: asyncio.Event,
+        on_output: OutputCallback | None = None,
+        on_event: EventCallback | None = None,
     ) -> Outcome: ...
 
 
@@ -75,7 +90,13 @@ class EchoHarness:
     """
 
     async def run(
-        self, job: Job, workspace: Path, *, cancel: asyncio.Event, on_output: OutputCallback | None = None
+        self,
+        job: Job,
+        workspace: Path,
+        *,
+        cancel: asyncio.Event,
+        on_output: OutputCallback | None = None,
+        on_event: EventCallback | None = None,  # no transcript: plain output lines only
     ) -> Outcome:
         if cancel.is_set():
             return Outcome.cancelled()
@@ -141,75 +162,67 @@ class CommandHarness:
 
     def environment(self, job: Job, workspace: Path) -> dict[str, str]:
         """The process environment for ``job``."""
-        env = dict(os.environ if self.env is None else self.env)
-        env.update(job.environment_variables())
-        env.pop("FACTORY_MODEL_ID", None)
-        env["FACTORY_RUN_ID"] = job.run_id
-        if job.model_id:
-            env["FACTORY_MODEL_ID"] = job.model_id
-        env["FACTORY_WORKSPACE"] = str(workspace)
-        env["FACTORY_PROMPT_FILE"] = str(workspace / PROMPT_FILE)
-        env.pop("FACTORY_SKILLS_DIR", None)
-        if job.skills:
-            env["FACTORY_SKILLS_DIR"] = str(workspace.joinpath(*SKILLS_DIR.split("/")))
-        return env
+        return run_environment(os.environ if self.env is None else self.env, job, workspace, job.model_id)
 
     async def run(
-        self, job: Job, workspace: Path, *, cancel: asyncio.Event, on_output: OutputCallback | None = None
+        self,
+        job: Job,
+        workspace: Path,
+        *,
+        cancel: asyncio.Event,
+        on_output: OutputCallback | None = None,
+        on_event: EventCallback | None = None,  # no transcript: plain output lines only
     ) -> Outcome:
         if cancel.is_set():
             return Outcome.cancelled()
         # Setup ran before: never write through a symlink it left at this name (docs/workers.md, "Sandbox").
         write_missing(workspace / PROMPT_FILE, job.prompt.encode())
         secrets = job.secret_values()
-        emit = RedactingEmitter(on_output, secrets)
+        tail = OutputTail(STDERR_TAIL_CHARS, secrets)
         timeout = min((t for t in (self.timeout_seconds, job.timeout_seconds) if t is not None), default=None)
         try:
-            proc = await start_process(
+            end = await run_process(
                 self.argv(job, workspace),
                 cwd=workspace,
                 env=self.environment(job, workspace),
                 sandbox=self.sandbox,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+                stdin=job.prompt.encode(),
+                emit=RedactingEmitter(on_output, secrets),
+                cancel=cancel,
+                timeout_seconds=timeout,
+                grace_seconds=self.grace_seconds,
+                tail=tail,
             )
         except OSError as exc:
             return Outcome.error(
                 redact(f"cannot start the harness command: {exc}", secrets), "harness_start_failed"
             )
-        assert proc.stdin and proc.stdout and proc.stderr
-        tail = OutputTail(STDERR_TAIL_CHARS, secrets)
-        pumps = [
-            asyncio.create_task(pump_lines(proc.stdout, "stdout", emit)),
-            asyncio.create_task(pump_lines(proc.stderr, "stderr", emit, tail)),
-        ]
-        feeder = asyncio.create_task(_feed(proc.stdin, job.prompt.encode()))
-        stopped = False
-        try:
-            ended = await _first_event(proc, cancel, timeout, pumps)
-            await terminate_process_group(proc.pid, grace_seconds=self.grace_seconds)
-            stopped = True
-            done, _ = await asyncio.wait(pumps, timeout=self.grace_seconds)
-            for task in done:
-                task.result()
-        finally:
-            if not stopped:
-                signal_process_group(proc.pid, signal.SIGKILL)
-            for task in (*pumps, feeder):
-                task.cancel()
-            await asyncio.gather(*pumps, feeder, return_exceptions=True)
-        if ended == "cancelled":
+        if end.how == "cancelled":
             return Outcome.cancelled()
-        if ended == "timeout":
+        if end.how == "timeout":
             return Outcome.failed(f"harness timed out after {timeout:g}s", "timeout")
-        code = proc.returncode or 0
-        if code == 0:
-            return Outcome.succeeded()
-        if code < 0:
-            name = _signal_name(-code)
-            return Outcome.failed(tail.text() or f"command killed by {name}", f"harness_signal_{-code}")
-        return Outcome.failed(tail.text() or f"command exited with status {code}", f"harness_exit_{code}")
+        return exit_outcome(end.returncode or 0, tail) or Outcome.succeeded()
+
+
+def exit_outcome(code: int, tail: OutputTail) -> Outcome | None:
+    """FAILED ``harness_exit_N`` / ``harness_signal_S`` (message: the stderr tail) for a process that
+    failed, None for exit status 0."""
+    if code == 0:
+        return None
+    if code < 0:
+        name = signal_name(-code)
+        return Outcome.failed(tail.text() or f"command killed by {name}", f"harness_signal_{-code}")
+    return Outcome.failed(tail.text() or f"command exited with status {code}", f"harness_exit_{code}")
+
+
+def offered_harnesses(default: str, command: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The harness types a worker runs (docs/workers.md, "Harnesses"): ``echo``, its default
+    (``--harness``) and ``command`` when it has a command."""
+    offered = ["echo"]
+    for name in (default, "command" if command else None):
+        if name and name not in offered:
+            offered.append(name)
+    return tuple(offered)
 
 
 def harness_for(
@@ -221,23 +234,38 @@ def harness_for(
     timeout_seconds: float | None = None,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     sandbox: Sandbox | None = None,
+    agents: Mapping[str, AgentCli] | None = None,
 ) -> Harness:
-    """The harness for a run: ``config["harness"]["type"]`` (echo|command; ``oz`` is ``default``) over
-    the worker's default.
+    """The harness for a run: ``config["harness"]["type"]`` (``oz`` or none: ``default``, the worker's).
 
-    A run may choose the type, never the command: the command is the worker's own (``--command``),
-    run inside ``sandbox`` when given.
-    Raises :class:`HarnessUnavailable` for ``claude``, ``codex`` or ``gemini``, :class:`HarnessError` for
+    A run may choose the type, never the command or the CLI: the command is the worker's own
+    (``--command``), an agent preset runs the CLI the worker found at start (``agents``: preset name to
+    :class:`~factoryctl.worker.presets.registry.AgentCli`), each inside ``sandbox`` when given.
+    Raises :class:`HarnessUnavailable` for a preset this worker does not offer, :class:`HarnessError` for
     an unknown type or ``command`` chosen with no command configured.
     """
     chosen = default
     wanted = config.get("harness")
     if isinstance(wanted, Mapping) and wanted.get("type") and wanted["type"] != DEFAULT_TYPE:
         chosen = str(wanted["type"])
-    if chosen in NOT_OFFERED:
-        raise HarnessUnavailable(
-            f"the run asks for the {chosen!r} harness, which this worker does not offer: it offers "
-            f"{' and '.join(HARNESS_TYPES)} (harness type 'oz' is its default, {default!r})"
+    agents = agents or {}
+    if chosen in PRESET_TYPES:
+        cli = agents.get(chosen)
+        if cli is None:
+            offered = [name for name in offered_harnesses(default, command) if name not in PRESET_TYPES]
+            offered += [name for name in agents if name not in offered]
+            raise HarnessUnavailable(
+                f"the run asks for the {chosen!r} harness, which this worker does not offer: it offers "
+                f"{', '.join(offered)} (harness type 'oz' is its default, {default!r})"
+            )
+        return PresetHarness(
+            cli.preset,
+            cli.executable,
+            sandbox=sandbox,
+            env=env,
+            timeout_seconds=timeout_seconds,
+            grace_seconds=min(grace_seconds, PRESET_GRACE_SECONDS),
+            read_only=cli.install_dirs,
         )
     if chosen == "echo":
         return EchoHarness()
@@ -246,170 +274,6 @@ def harness_for(
             raise HarnessError("the command harness was chosen but this worker has no command configured")
         return CommandHarness(command, timeout_seconds, env, grace_seconds=grace_seconds, sandbox=sandbox)
     raise HarnessError(f"unknown harness type {chosen!r}; expected one of {', '.join(HARNESS_TYPES)}")
-
-
-# -- process groups and output streaming (shared with factoryctl.worker.environment) ----------------------
-
-
-def signal_process_group(pgid: int, sig: int) -> None:
-    """Send ``sig`` to every process of the group; a group that is already gone is fine."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def process_group_alive(pgid: int) -> bool:
-    """Whether any process of the group still runs (zombies awaiting a reaper do not count)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
-
-
-async def wait_for_exit(proc: asyncio.subprocess.Process, *, poll_seconds: float = 0.02) -> int:
-    """The exit status of ``proc`` as soon as it exits.
-
-    ``Process.wait()`` also waits until every process holding its stdout/stderr has closed them,
-    so a background child left by the agent would block it forever; the return code is set as soon
-    as the process itself is reaped.
-    """
-    while proc.returncode is None:  # noqa: ASYNC110 - asyncio offers no exit event but wait() itself
-        await asyncio.sleep(poll_seconds)
-    return proc.returncode
-
-
-async def terminate_process_group(pgid: int, *, grace_seconds: float, poll_seconds: float = 0.02) -> None:
-    """SIGTERM the group, wait up to ``grace_seconds`` for it to go, then SIGKILL what remains."""
-    loop = asyncio.get_running_loop()
-    if not process_group_alive(pgid):
-        return
-    signal_process_group(pgid, signal.SIGTERM)
-    deadline = loop.time() + grace_seconds
-    while loop.time() < deadline:
-        if not process_group_alive(pgid):
-            return
-        await asyncio.sleep(poll_seconds)
-    signal_process_group(pgid, signal.SIGKILL)
-    for _ in range(100):
-        if not process_group_alive(pgid):
-            return
-        await asyncio.sleep(poll_seconds)
-
-
-async def pump_lines(
-    reader: asyncio.StreamReader,
-    stream: str,
-    emit: Callable[[str, str], Awaitable[None]],
-    tail: OutputTail | None = None,
-) -> None:
-    """Emit each line read from ``reader`` (UTF-8, invalid bytes replaced) until end of file.
-
-    A line longer than the reader's buffer limit is emitted in pieces rather than failing.
-    """
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    while True:
-        try:
-            chunk = await reader.readuntil(b"\n")
-        except asyncio.IncompleteReadError as exc:
-            chunk = exc.partial
-            if not chunk:
-                return
-        except asyncio.LimitOverrunError as exc:
-            chunk = await reader.readexactly(exc.consumed)
-        text = decoder.decode(chunk, final=reader.at_eof())
-        line = text[:-1] if text.endswith("\n") else text
-        line = line[:-1] if line.endswith("\r") else line
-        if tail is not None:
-            tail.add(line)
-        await emit(stream, line)
-
-
-class RedactingEmitter:
-    """Redacts secrets and serialises calls to ``on_output`` across streams."""
-
-    def __init__(self, on_output: OutputCallback | None, secrets: Iterable[str]) -> None:
-        self.on_output = on_output
-        self.secrets = frozenset(secrets)  # mask()'s cache key, hashed once
-        self.lock = asyncio.Lock()
-
-    async def __call__(self, stream: str, line: str) -> None:
-        if self.on_output is None:
-            return
-        async with self.lock:
-            await self.on_output(stream, redact(line, self.secrets))
-
-
-class OutputTail:
-    """The last ``limit`` characters of the lines added, secrets redacted."""
-
-    def __init__(self, limit: int, secrets: Iterable[str] = ()) -> None:
-        self.limit = limit
-        self.secrets = list(secrets)
-        self.buffer = ""
-
-    def add(self, line: str) -> None:
-        self.buffer = (self.buffer + line + "\n")[-4 * self.limit :]
-
-    def text(self) -> str:
-        return redact(self.buffer, self.secrets).strip()[-self.limit :]
-
-
-async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
-    # The agent may exit (or close stdin) without reading everything: that is not an error here.
-    try:
-        stdin.write(data)
-        await stdin.drain()
-        stdin.close()
-        await stdin.wait_closed()
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-
-
-async def _first_event(
-    proc: asyncio.subprocess.Process,
-    cancel: asyncio.Event,
-    limit_seconds: float | None,
-    pumps: list[asyncio.Task[None]],
-) -> str:
-    """Wait for the process to exit (``exited``), ``cancelled`` or ``timeout``; re-raise pump errors."""
-    loop = asyncio.get_running_loop()
-    deadline = None if limit_seconds is None else loop.time() + limit_seconds
-    exited = asyncio.create_task(wait_for_exit(proc))
-    cancelled = asyncio.create_task(cancel.wait())
-    watched: set[asyncio.Future[Any]] = {exited, cancelled, *pumps}
-    try:
-        while True:
-            remaining = None if deadline is None else max(0.0, deadline - loop.time())
-            done, _ = await asyncio.wait(watched, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            if exited.done():
-                return "exited"
-            if cancelled.done():
-                return "cancelled"
-            if not done:
-                return "timeout"
-            for task in done:  # a pump finished: end of file, or on_output raised
-                watched.discard(task)
-                task.result()
-    finally:
-        exited.cancel()
-        cancelled.cancel()
 
 
 def _write_echo_result(job: Job, workspace: Path, first_line: str) -> list[str]:
@@ -432,10 +296,3 @@ def _write_echo_result(job: Job, workspace: Path, first_line: str) -> list[str]:
     ]
     replace_file(workspace / RESULT_FILE, redact("\n".join(report) + "\n", job.secret_values()).encode())
     return files
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"

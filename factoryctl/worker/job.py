@@ -21,7 +21,8 @@ Claim payload read by :meth:`Job.from_claim` (unknown keys are ignored)::
       "secret_values": ["..."],                  # every resolved secret value, to redact
       "run_secrets": {ENV_NAME: value},          # the config's own secrets, resolved (resolve.py)
       "runner": {"name", "setup_commands": [str], "instance_shape"?, "platform"?, "error"?},
-      "skills": [{"name", "skill_name", "description", "body", "front_matter"}]
+      "skills": [{"name", "skill_name", "description", "body", "front_matter"}],
+      "resume_session_id": "..."                 # a follow-up: the agent session to continue
     }
 
 A skill's ``skill_name`` becomes a directory name in the workspace, so anything but a plain path segment
@@ -45,7 +46,7 @@ from typing import Any, Literal
 from factoryctl.worker import InvalidClaim
 from factoryctl.worker.masking import mask
 
-OutcomeState = Literal["SUCCEEDED", "FAILED", "CANCELLED", "ERROR"]
+OutcomeState = Literal["SUCCEEDED", "FAILED", "CANCELLED", "ERROR", "BLOCKED"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
@@ -92,6 +93,7 @@ class Job:
     timeout_seconds: float | None = None
     runner: dict[str, Any] | None = None
     skills: list[dict[str, Any]] = field(default_factory=list)
+    resume_session_id: str | None = None  # a follow-up: the agent session (a preset's) to continue
     run_secrets: dict[str, str] = field(default_factory=dict, repr=False)  # the config's own, by variable
     # resolved secret values beyond the environment's (MCP env/headers); never in a repr
     redacted: tuple[str, ...] = field(default=(), repr=False)
@@ -136,9 +138,22 @@ class Job:
             timeout_seconds=float(timeout) if timeout is not None else None,
             runner=parse_runner(payload["runner"]) if payload.get("runner") is not None else None,
             skills=[parse_skill(s, i) for i, s in enumerate(_list(payload.get("skills"), "skills"))],
+            resume_session_id=_optional_str(payload.get("resume_session_id"), "resume_session_id") or None,
             run_secrets=_string_map(payload.get("run_secrets"), "run_secrets"),
             redacted=tuple(redacted),
         )
+
+    @property
+    def harness(self) -> dict[str, Any]:
+        """The run's ``config.harness`` (``{type, model_id?, reasoning_level?, auth?}``; ``{}``: none)."""
+        value = self.agent_config.get("harness")
+        return dict(value) if isinstance(value, Mapping) else {}
+
+    @property
+    def agent_model_id(self) -> str | None:
+        """The model an agent preset runs: ``harness.model_id``, else the run's ``model_id``."""
+        model = self.harness.get("model_id")
+        return model if isinstance(model, str) and model else self.model_id
 
     def environment_variables(self) -> dict[str, str]:
         """The environment's ``env``, its resolved ``secrets``, then the run's own secrets (a secret wins
@@ -250,6 +265,11 @@ class Outcome:
         return cls("CANCELLED", {"message": message})
 
     @classmethod
+    def blocked(cls, message: str) -> Outcome:
+        """The agent stopped to ask for input: the worker lets go, a follow-up continues the run."""
+        return cls("BLOCKED", {"message": message})
+
+    @classmethod
     def error(cls, message: str, error_code: str, *, retryable: bool = False) -> Outcome:
         return cls("ERROR", {"message": message, "error_code": error_code, "retryable": retryable})
 
@@ -259,6 +279,19 @@ class Outcome:
         if self.status_message is not None:
             body["status_message"] = self.status_message
         return body
+
+
+def redact_data(value: Any, secrets: Iterable[str]) -> Any:
+    """``value`` (JSON-like: an event's data) with :func:`redact` applied to every string in it, keys
+    included."""
+    secrets = secrets if isinstance(secrets, frozenset) else frozenset(secrets)
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, Mapping):
+        return {redact(str(k), secrets): redact_data(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_data(v, secrets) for v in value]
+    return value
 
 
 def _attachment(value: Any, index: int) -> Attachment:

@@ -98,9 +98,19 @@ class Sandbox:
     def __repr__(self) -> str:
         return f"Sandbox(bwrap={self.bwrap!r})"
 
-    def argv(self, argv: Sequence[str], workspace: Path, *, args_fd: int | None = None) -> list[str]:
+    def argv(
+        self,
+        argv: Sequence[str],
+        workspace: Path,
+        *,
+        args_fd: int | None = None,
+        read_only: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
+    ) -> list[str]:
         """The bwrap command line that runs ``argv`` in ``workspace`` inside the sandbox; ``args_fd``: a
-        descriptor bwrap reads more NUL-separated arguments from (the environment, :func:`start_process`)."""
+        descriptor bwrap reads more NUL-separated arguments from (the environment, :func:`start_process`);
+        ``read_only``/``writable``: directories of this one process (an agent CLI's install directory, the
+        run's agent home), bound at their own path besides the operator's."""
         ws = str(workspace)
         out = [self.executable, *(["--args", str(args_fd)] if args_fd is not None else [])]
         out += ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
@@ -116,19 +126,24 @@ class Sandbox:
             out += ["--ro-bind", str(path), str(path)]
         for path in self.writable:
             out += ["--bind", str(path), str(path)]
+        for path in read_only:
+            out += ["--ro-bind", str(path), str(path)]
+        for path in writable:
+            out += ["--bind", str(path), str(path)]
         out += ["--bind", ws, ws, "--chdir", ws, "--", *argv]
         return out
 
     @staticmethod
-    def environment(env: Mapping[str, str]) -> dict[str, str]:
-        """``env`` with ``HOME`` and ``TMPDIR`` pointing at the sandbox's own empty directories."""
-        return {**env, "HOME": SANDBOX_HOME, "TMPDIR": SANDBOX_TMP}
+    def environment(env: Mapping[str, str], home: Path | None = None) -> dict[str, str]:
+        """``env`` with ``HOME`` and ``TMPDIR`` pointing at the sandbox's own empty directories (``HOME``:
+        ``home`` when the process has its own, bound into the sandbox)."""
+        return {**env, "HOME": str(home) if home is not None else SANDBOX_HOME, "TMPDIR": SANDBOX_TMP}
 
     @classmethod
-    def environment_args(cls, env: Mapping[str, str]) -> bytes:
+    def environment_args(cls, env: Mapping[str, str], home: Path | None = None) -> bytes:
         """The ``--args`` payload that gives the sandboxed process exactly :meth:`environment` of ``env``."""
         parts = ["--clearenv"]
-        for name, value in cls.environment(env).items():
+        for name, value in cls.environment(env, home).items():
             parts += ["--setenv", name, value]
         return b"".join(part.encode("utf-8", "surrogateescape") + b"\0" for part in parts)
 
@@ -170,10 +185,16 @@ async def start_process(
     cwd: Path,
     env: Mapping[str, str],
     sandbox: Sandbox | None,
+    home: Path | None = None,
+    read_only: Sequence[Path] = (),
     **streams: Any,
 ) -> asyncio.subprocess.Process:
     """Start a run-controlled process in its own process group: inside ``sandbox`` (confined to the
     workspace ``cwd``) or, with None, on the worker's host. ``streams``: ``stdin``/``stdout``/``stderr``.
+
+    ``home``: the process's own home directory (an agent preset's per-run agent home), bound writable
+    into the sandbox and its ``HOME`` there; ``read_only``: more directories it must see (the agent
+    CLI's installation). On the host, ``env`` is used as given.
 
     Killing the group kills the whole sandbox: bwrap is the group's leader and ``--die-with-parent``
     takes everything inside with it.
@@ -182,12 +203,13 @@ async def start_process(
         return await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=dict(env), start_new_session=True, **streams
         )
+    writable = [home] if home is not None else []
     with tempfile.TemporaryFile() as spec:  # unlinked: only bwrap's inherited descriptor reaches it
-        spec.write(sandbox.environment_args(env))
+        spec.write(sandbox.environment_args(env, home))
         spec.flush()
         spec.seek(0)
         return await asyncio.create_subprocess_exec(
-            *sandbox.argv(argv, cwd, args_fd=spec.fileno()),
+            *sandbox.argv(argv, cwd, args_fd=spec.fileno(), read_only=read_only, writable=writable),
             cwd=cwd,
             env=LAUNCH_ENV,
             start_new_session=True,

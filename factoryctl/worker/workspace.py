@@ -10,6 +10,10 @@ Layout of ``<base>/<run_id>-<random>/``:
 - ``.factory/skills/<skill_name>/SKILL.md``: the run's skills (:func:`skill_text`), when it has any;
   the harness finds them through ``FACTORY_SKILLS_DIR``. Environment repositories are cloned beside it.
 
+Beside it, ``<base>/<run_id>-<random>.home/`` is the run's agent home (:func:`agent_home`): an agent
+preset's ``HOME`` and its CLI's configuration and session files, outside the workspace so the agent's
+checkout never holds them; :func:`remove_workspace` removes both.
+
 Attachment names come from webhook senders and API callers, so they are never trusted as paths.
 """
 
@@ -167,14 +171,41 @@ def _yaml_key(key: str) -> str:
     return key if _PLAIN_KEY.fullmatch(key) else json.dumps(key)
 
 
+def agent_home(workspace: Path) -> Path:
+    """The run's agent home: ``<workspace>.home``, a sibling of the workspace (docs/workers.md,
+    "Harnesses"), created by the preset harness and removed with the workspace."""
+    return workspace.with_name(workspace.name + ".home")
+
+
+def run_environment(
+    base: Mapping[str, str], job: Job, workspace: Path, model_id: str | None
+) -> dict[str, str]:
+    """The environment of a harness process: ``base``, then the job environment's env and secrets, then
+    ``FACTORY_RUN_ID``, ``FACTORY_MODEL_ID`` (when ``model_id``), ``FACTORY_WORKSPACE``,
+    ``FACTORY_PROMPT_FILE`` and ``FACTORY_SKILLS_DIR`` (when the run has skills)."""
+    env = dict(base)
+    env.update(job.environment_variables())
+    for name in ("FACTORY_MODEL_ID", "FACTORY_SKILLS_DIR"):
+        env.pop(name, None)
+    env["FACTORY_RUN_ID"] = job.run_id
+    if model_id:
+        env["FACTORY_MODEL_ID"] = model_id
+    env["FACTORY_WORKSPACE"] = str(workspace)
+    env["FACTORY_PROMPT_FILE"] = str(workspace / PROMPT_FILE)
+    if job.skills:
+        env["FACTORY_SKILLS_DIR"] = str(workspace.joinpath(*SKILLS_DIR.split("/")))
+    return env
+
+
 def remove_workspace(path: Path) -> None:
-    """Delete a workspace, including read-only directories a tool may have left behind."""
-    if not os.path.lexists(path):
-        return
-    try:
-        shutil.rmtree(path, onerror=_make_writable_and_retry)
-    except OSError as exc:
-        raise WorkspaceError(f"cannot remove the workspace {path}: {exc}") from exc
+    """Delete a workspace and its agent home, including read-only directories a tool may have left."""
+    for target, what in ((path, "workspace"), (agent_home(path), "agent home")):
+        if not os.path.lexists(target):
+            continue
+        try:
+            shutil.rmtree(target, onerror=_make_writable_and_retry)
+        except OSError as exc:
+            raise WorkspaceError(f"cannot remove the {what} {target}: {exc}") from exc
 
 
 @contextmanager

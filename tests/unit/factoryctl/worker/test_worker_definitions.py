@@ -45,8 +45,8 @@ def test_runner_notes_say_what_is_not_applied() -> None:
 
 @pytest.mark.parametrize("kind", ["claude", "codex", "gemini"])
 def test_harnesses_this_worker_does_not_offer_are_harness_unavailable(kind: str) -> None:
-    with pytest.raises(HarnessUnavailable, match=f"'{kind}'.*echo and command") as caught:
-        harness_for({"harness": {"type": kind}}, "echo", None)
+    with pytest.raises(HarnessUnavailable, match=f"'{kind}'.*it offers echo, command ") as caught:
+        harness_for({"harness": {"type": kind}}, "echo", "agent")
     assert caught.value.error_code == "harness_unavailable"
 
 

@@ -1,0 +1,266 @@
+"""Process plumbing shared by every harness and setup step: process groups, stopping them, streaming
+their output line by line with secrets masked.
+
+A run-controlled process starts in its own process group (:func:`factoryctl.worker.sandbox.start_process`);
+on cancel or timeout the whole group is stopped (SIGTERM, then SIGKILL after a grace period), so no tool
+the agent started outlives the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import os
+import signal
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from factoryctl.worker.job import redact
+from factoryctl.worker.sandbox import Sandbox, start_process
+
+OutputCallback = Callable[[str, str], Awaitable[None]]
+"""``on_output(stream, line)``: stream is ``stdout``, ``stderr`` or ``system``; line has no newline."""
+
+DEFAULT_GRACE_SECONDS = 5.0
+STDERR_TAIL_CHARS = 1024
+
+
+@dataclass(frozen=True)
+class ProcessEnd:
+    """How a process run by :func:`run_process` ended: it ``exited`` (``returncode``: its status, negative
+    for a signal), or it was stopped because ``cancelled`` was set or its time limit passed (``timeout``)."""
+
+    how: Literal["exited", "cancelled", "timeout"]
+    returncode: int | None
+
+
+async def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    sandbox: Sandbox | None,
+    stdin: bytes | None,
+    emit: Callable[[str, str], Awaitable[None]],
+    cancel: asyncio.Event,
+    timeout_seconds: float | None,
+    grace_seconds: float,
+    tail: OutputTail | None = None,
+    home: Path | None = None,
+    read_only: Sequence[Path] = (),
+    line_limit: int | None = None,
+) -> ProcessEnd:
+    """Run one harness process to its end in its own process group (in ``sandbox`` when given), feeding
+    it ``stdin`` (None: ``/dev/null``) and calling ``emit(stream, line)`` for each line of its stdout and
+    stderr (stderr's also go to ``tail``). Whatever ends it, the whole group is stopped before this returns
+    (SIGTERM, SIGKILL after ``grace_seconds``), so nothing it started survives. ``home``/``read_only``:
+    :func:`~factoryctl.worker.sandbox.start_process`; ``line_limit``: the longest line read whole (longer
+    ones are emitted in pieces; default 64 KiB). Raises OSError when it cannot start."""
+    limit = {"limit": line_limit} if line_limit else {}
+    proc = await start_process(
+        argv,
+        cwd=cwd,
+        env=env,
+        sandbox=sandbox,
+        home=home,
+        read_only=read_only,
+        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        **limit,
+    )
+    assert proc.stdout and proc.stderr
+    pumps = [
+        asyncio.create_task(pump_lines(proc.stdout, "stdout", emit)),
+        asyncio.create_task(pump_lines(proc.stderr, "stderr", emit, tail)),
+    ]
+    tasks = list(pumps)
+    if stdin is not None:
+        assert proc.stdin
+        tasks.append(asyncio.create_task(feed_stdin(proc.stdin, stdin)))
+    stopped = False
+    try:
+        ended = await first_event(proc, cancel, timeout_seconds, pumps)
+        await terminate_process_group(proc.pid, grace_seconds=grace_seconds)
+        stopped = True
+        done, _ = await asyncio.wait(pumps, timeout=grace_seconds)
+        for task in done:
+            task.result()
+    finally:
+        if not stopped:
+            signal_process_group(proc.pid, signal.SIGKILL)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return ProcessEnd(ended, proc.returncode)
+
+
+def signal_process_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to every process of the group; a group that is already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def process_group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs (zombies awaiting a reaper do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+async def wait_for_exit(proc: asyncio.subprocess.Process, *, poll_seconds: float = 0.02) -> int:
+    """The exit status of ``proc`` as soon as it exits.
+
+    ``Process.wait()`` also waits until every process holding its stdout/stderr has closed them,
+    so a background child left by the agent would block it forever; the return code is set as soon
+    as the process itself is reaped.
+    """
+    while proc.returncode is None:  # noqa: ASYNC110 - asyncio offers no exit event but wait() itself
+        await asyncio.sleep(poll_seconds)
+    return proc.returncode
+
+
+async def terminate_process_group(pgid: int, *, grace_seconds: float, poll_seconds: float = 0.02) -> None:
+    """SIGTERM the group, wait up to ``grace_seconds`` for it to go, then SIGKILL what remains."""
+    loop = asyncio.get_running_loop()
+    if not process_group_alive(pgid):
+        return
+    signal_process_group(pgid, signal.SIGTERM)
+    deadline = loop.time() + grace_seconds
+    while loop.time() < deadline:
+        if not process_group_alive(pgid):
+            return
+        await asyncio.sleep(poll_seconds)
+    signal_process_group(pgid, signal.SIGKILL)
+    for _ in range(100):
+        if not process_group_alive(pgid):
+            return
+        await asyncio.sleep(poll_seconds)
+
+
+async def pump_lines(
+    reader: asyncio.StreamReader,
+    stream: str,
+    emit: Callable[[str, str], Awaitable[None]],
+    tail: OutputTail | None = None,
+) -> None:
+    """Emit each line read from ``reader`` (UTF-8, invalid bytes replaced) until end of file.
+
+    A line longer than the reader's buffer limit is emitted in pieces rather than failing.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while True:
+        try:
+            chunk = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            chunk = exc.partial
+            if not chunk:
+                return
+        except asyncio.LimitOverrunError as exc:
+            chunk = await reader.readexactly(exc.consumed)
+        text = decoder.decode(chunk, final=reader.at_eof())
+        line = text[:-1] if text.endswith("\n") else text
+        line = line[:-1] if line.endswith("\r") else line
+        if tail is not None:
+            tail.add(line)
+        await emit(stream, line)
+
+
+class RedactingEmitter:
+    """Redacts secrets and serialises calls to ``on_output`` across streams."""
+
+    def __init__(self, on_output: OutputCallback | None, secrets: Iterable[str]) -> None:
+        self.on_output = on_output
+        self.secrets = frozenset(secrets)  # mask()'s cache key, hashed once
+        self.lock = asyncio.Lock()
+
+    async def __call__(self, stream: str, line: str) -> None:
+        if self.on_output is None:
+            return
+        async with self.lock:
+            await self.on_output(stream, redact(line, self.secrets))
+
+
+class OutputTail:
+    """The last ``limit`` characters of the lines added, secrets redacted."""
+
+    def __init__(self, limit: int, secrets: Iterable[str] = ()) -> None:
+        self.limit = limit
+        self.secrets = list(secrets)
+        self.buffer = ""
+
+    def add(self, line: str) -> None:
+        self.buffer = (self.buffer + line + "\n")[-4 * self.limit :]
+
+    def text(self) -> str:
+        return redact(self.buffer, self.secrets).strip()[-self.limit :]
+
+
+async def feed_stdin(stdin: asyncio.StreamWriter, data: bytes) -> None:
+    # The agent may exit (or close stdin) without reading everything: that is not an error here.
+    try:
+        stdin.write(data)
+        await stdin.drain()
+        stdin.close()
+        await stdin.wait_closed()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+async def first_event(
+    proc: asyncio.subprocess.Process,
+    cancel: asyncio.Event,
+    limit_seconds: float | None,
+    pumps: list[asyncio.Task[None]],
+) -> Literal["exited", "cancelled", "timeout"]:
+    """Wait for the process to exit (``exited``), ``cancelled`` or ``timeout``; re-raise pump errors."""
+    loop = asyncio.get_running_loop()
+    deadline = None if limit_seconds is None else loop.time() + limit_seconds
+    exited = asyncio.create_task(wait_for_exit(proc))
+    cancelled = asyncio.create_task(cancel.wait())
+    watched: set[asyncio.Future[Any]] = {exited, cancelled, *pumps}
+    try:
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            done, _ = await asyncio.wait(watched, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            if exited.done():
+                return "exited"
+            if cancelled.done():
+                return "cancelled"
+            if not done:
+                return "timeout"
+            for task in done:  # a pump finished: end of file, or on_output raised
+                watched.discard(task)
+                task.result()
+    finally:
+        exited.cancel()
+        cancelled.cancel()
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
