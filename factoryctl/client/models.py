@@ -49,6 +49,15 @@ class RunSchedule(Model):
 
 
 @dataclass(frozen=True)
+class RequestUsage(Model):
+    """The SDK's ``RunItem.RequestUsage``: tokens and cost summed over the run's attempts."""
+
+    total_tokens: int | None = None
+    inference_cost_usd: float | None = None
+    inference_cost: float | None = None
+
+
+@dataclass(frozen=True)
 class Run(Model):
     """RunItem: the same shape from the list and from the single GET."""
 
@@ -81,6 +90,10 @@ class Run(Model):
     delivery_id: str | None = None
     attachments: list[str] = field(default_factory=list)
     schedule: RunSchedule | None = None
+    request_usage: RequestUsage | None = None
+    run_time: str | None = None  # ISO 8601 duration
+    is_sandbox_running: bool = False
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def is_terminal(self) -> bool:
@@ -609,6 +622,7 @@ class ClaimedRun(Model):
     conversation_id: str | None = None
     parent_run_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    resume_session_id: str | None = None  # the agent session an earlier attempt recorded
 
 
 @dataclass(frozen=True)

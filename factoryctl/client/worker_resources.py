@@ -29,6 +29,8 @@ from acting twice. What differs per call is how often repeating is worth it (``r
   is stored in one transaction, so repeating one whose
   answer was lost after the commit stores it twice: logs are at least once. Rare duplicated lines
   beat lines missing from a failed run's output.
+- ``send_events``: like ``append_logs`` (:data:`LOG_RETRIES`, at least once); a caller cuts events with
+  :func:`event_batches`, which also bounds each (:func:`bounded_event`).
 - ``secrets``: :data:`SECRETS_RETRIES`: read-only, computed from the stored run.
 
 What is retried is the client's policy (:mod:`factoryctl.client._transport`): connection errors,
@@ -38,6 +40,7 @@ lost answers, ``408``/``429``/``503`` and other 5xx. ``401``/``403`` (a wrong or
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -68,6 +71,11 @@ SECRETS_RETRIES = 4
 LOG_BATCH_LINES = 500
 LOG_BATCH_BYTES = 1024 * 1024
 LOG_BODY_OVERHEAD = 512  # the body around the lines: worker_id, lease_token, brackets
+# Transcript events (docs/events.md, "Transcript events"): the server's per-event bounds and batch size.
+MESSAGE_BYTES = 32 * 1024
+TOOL_INPUT_BYTES = 16 * 1024
+TOOL_OUTPUT_BYTES = 4 * 1024
+EVENT_BATCH_SIZE = 500
 RUN_STATES = (
     "QUEUED",
     "PENDING",
@@ -90,15 +98,22 @@ def _claim(response: httpx.Response) -> Claim | None:
 
 
 def claim_run(
-    worker_host: str | Sequence[str] = "", *, wait_seconds: float = 0.0, worker_id: str | None = None
+    worker_host: str | Sequence[str] = "",
+    *,
+    wait_seconds: float = 0.0,
+    worker_id: str | None = None,
+    harnesses: Sequence[str] | None = None,
 ) -> RequestSpec[Claim | None]:
-    """Long-poll for a run of these host IDs; None when none came within ``wait_seconds``."""
+    """Long-poll for a run of these host IDs; None when none came within ``wait_seconds``. ``harnesses``
+    are the harness types this worker offers: a run needing an agent CLI preset (claude, codex, gemini)
+    is claimed only by a worker offering it; None claims any run (docs/workers.md, "Harnesses")."""
     hosts = [worker_host] if isinstance(worker_host, str) else list(worker_host)
+    offered = sorted(set(harnesses)) if harnesses is not None else None
     return RequestSpec(
         "POST",
         f"{V1}/workers/claim",
         _claim,
-        json=json_body(worker_hosts=hosts, wait_seconds=wait_seconds, worker_id=worker_id),
+        json=json_body(worker_hosts=hosts, wait_seconds=wait_seconds, worker_id=worker_id, harnesses=offered),
         idempotent=True,  # a lost answer strands one run until its lease lapses; a repeat adds nothing
         timeout=wait_seconds + 15.0,
     )
@@ -203,6 +218,88 @@ def append_run_logs(
     )
 
 
+def _accepted(response: httpx.Response) -> int:
+    value = response.json().get("accepted")
+    if not isinstance(value, int):
+        raise TypeError("expected 'accepted' to be an integer")
+    return value
+
+
+def bounded_event(event: Mapping[str, Any]) -> dict[str, Any]:
+    """A transcript event ``{kind, data}`` cut to the server's bounds (docs/events.md, "Transcript events"):
+    a message's text to :data:`MESSAGE_BYTES`, a tool result's output to :data:`TOOL_OUTPUT_BYTES`, a tool
+    call's input over :data:`TOOL_INPUT_BYTES` (as JSON) replaced by ``{"truncated": <its JSON, cut>}``.
+    The server refuses (422) what is over; a worker cuts first so no event of a batch is lost."""
+    kind, data = str(event.get("kind")), dict(event.get("data") or {})
+    if kind == "message" and isinstance(data.get("text"), str):
+        data["text"] = _cut(data["text"], MESSAGE_BYTES)
+    elif kind == "tool_result" and isinstance(data.get("output"), str):
+        cut = _cut(data["output"], TOOL_OUTPUT_BYTES)
+        data["truncated"] = bool(data.get("truncated")) or cut != data["output"]
+        data["output"] = cut
+    elif kind == "tool_call":
+        text = json.dumps(data.get("input"), ensure_ascii=False, default=str)
+        budget = TOOL_INPUT_BYTES
+        while _json_bytes(data.get("input")) > TOOL_INPUT_BYTES:  # escaping may grow the excerpt: halve
+            budget //= 2
+            data["input"] = {"truncated": _cut(text, budget)}
+    return {"kind": kind, "data": data}
+
+
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+
+
+def _cut(text: str, max_bytes: int) -> str:
+    encoded = text.encode("utf-8", "surrogatepass")
+    if len(encoded) <= max_bytes:
+        return text
+    return encoded[:max_bytes].decode("utf-8", "ignore")
+
+
+def event_batches(
+    events: Sequence[Mapping[str, Any]],
+    *,
+    max_bytes: int = LOG_BATCH_BYTES,
+    max_events: int = EVENT_BATCH_SIZE,
+) -> list[list[dict[str, Any]]]:
+    """``events`` bounded (:func:`bounded_event`) and cut into batches the server takes: at most
+    ``max_events`` each, request bodies under ``max_bytes`` as encoded."""
+    batches: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] = []
+    size = LOG_BODY_OVERHEAD
+    for event in events:
+        item = bounded_event(event)
+        length = encoded_size(item) + 1
+        if current and (size + length > max_bytes or len(current) >= max_events):
+            batches.append(current)
+            current, size = [], LOG_BODY_OVERHEAD
+        current.append(item)
+        size += length
+    if current:
+        batches.append(current)
+    return batches
+
+
+def send_run_events(
+    run_id: str,
+    events: Sequence[Mapping[str, Any]],
+    *,
+    worker_id: str | None = None,
+    lease_token: str | None = None,
+) -> RequestSpec[int]:
+    """Append the agent's transcript events ``{kind, data}`` to the run's event stream (one request: cut
+    with :func:`event_batches`); answers how many were stored (fewer past the run's event cap)."""
+    return RequestSpec(
+        "POST",
+        path(f"{V1}/workers/runs/{{}}/events", run_id),
+        _accepted,
+        json=json_body(events=[dict(e) for e in events], worker_id=worker_id, lease_token=lease_token),
+        idempotent=True,  # at least once, like log lines
+        retries=LOG_RETRIES,
+    )
+
+
 def _secrets(response: httpx.Response) -> dict[str, str]:
     value = response.json().get("secrets")
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
@@ -239,4 +336,5 @@ class Workers(Resource[Mode]):
     heartbeat = endpoint(heartbeat_run)
     report_state = endpoint(report_run_state)
     append_logs = endpoint(append_run_logs)
+    send_events = endpoint(send_run_events)
     secrets = endpoint(run_secrets)

@@ -31,6 +31,7 @@ from api.claims.errors import LeaseRefused
 from api.claims.protocol import Holder, WorkerProtocol, run_secrets
 from api.context import BOX, SESSIONS, SETTINGS
 from api.runs.claim_signal import ClaimSignal, claim_signal
+from factoryctl.client.worker_resources import event_batches
 from factoryctl.worker import EnvironmentSetupFailed
 from factoryctl.worker.execution import (
     ExecutionSettings,
@@ -41,6 +42,7 @@ from factoryctl.worker.execution import (
     job_for_claim,
 )
 from factoryctl.worker.job import Outcome
+from factoryctl.worker.presets.base import AgentEvent
 from factoryctl.worker.sandbox import Sandbox, check_layout
 from store import NotFound
 from store.crypto import SecretBox
@@ -48,6 +50,7 @@ from store.crypto import SecretBox
 log = logging.getLogger("factoryctl.workers")
 Lifecycle = Callable[[web.Application], AsyncIterator[None]]
 SERVICE_HOSTS = ("",)
+EVENT_BATCH_BYTES = 4 * 1024 * 1024  # in-process: no request body, only the batch size and the bounds
 STOP_TIMEOUT_SECONDS = 20.0
 
 
@@ -97,6 +100,13 @@ class StoreChannel:
         with _lease_lost():
             await self.protocol.append_logs(self.run_id, self.holder, lines)
 
+    async def send_events(self, events: Sequence[AgentEvent]) -> None:
+        """The agent's transcript events, bounded and batched as a self-hosted worker sends them
+        (:func:`factoryctl.client.worker_resources.event_batches`)."""
+        for batch in event_batches([e.to_json() for e in events], max_bytes=EVENT_BATCH_BYTES):
+            with _lease_lost():
+                await self.protocol.append_events(self.run_id, self.holder, batch)
+
     async def report(self, outcome: Outcome) -> None:
         with _lease_lost():
             await self.protocol.report(self.run_id, self.holder, outcome.state, outcome.status_message)
@@ -133,7 +143,9 @@ class ServiceWorker:
         while not self.stop.is_set():
             woken = self.signal.current()
             try:
-                payload = await self.protocol.claim(SERVICE_HOSTS, self.owner, peek=peek)
+                payload = await self.protocol.claim(
+                    SERVICE_HOSTS, self.owner, peek=peek, harnesses=self.settings.offered
+                )
                 failures = 0
             except Exception:
                 failures += 1

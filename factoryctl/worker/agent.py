@@ -44,10 +44,11 @@ from factoryctl.client import (
     ConflictError,
     retry_delay,
 )
-from factoryctl.client.worker_resources import RETRY_FOREVER, conflict_run_state, log_batches
+from factoryctl.client.worker_resources import RETRY_FOREVER, conflict_run_state, event_batches, log_batches
 from factoryctl.worker.errors import EnvironmentSetupFailed, LeaseLost, WorkerRefused
 from factoryctl.worker.execution import ExecutionSettings, HeartbeatReply, LogLine, execute, job_for_claim
 from factoryctl.worker.job import Outcome
+from factoryctl.worker.presets.base import AgentEvent
 from factoryctl.worker.resolve import RemoteSecrets
 from factoryctl.worker.sandbox import Sandbox
 
@@ -225,7 +226,10 @@ class RemoteWorker:
         """
         try:
             return await self.api.workers.claim(
-                self.host_id, wait_seconds=self.wait_seconds, worker_id=self.worker_id
+                self.host_id,
+                wait_seconds=self.wait_seconds,
+                worker_id=self.worker_id,
+                harnesses=self.settings.offered,  # a preset's runs only where its CLI is
             )
         except APIStatusError as exc:
             if exc.status_code in REFUSED:
@@ -326,6 +330,16 @@ class HttpChannel:
                 f"[an output line of {len(text)} characters was dropped: the server refused it as too large]"
             )
             await self._send_batch([("system", marker)], split=False)
+
+    async def send_events(self, events: Sequence[AgentEvent]) -> None:
+        """Send the agent's transcript events, bounded and batched (:func:`event_batches`)."""
+        for batch in event_batches([e.to_json() for e in events]):
+            await self.worker.call_for_run(
+                self.run_id,
+                self.worker.api.workers.send_events(
+                    self.run_id, batch, worker_id=self.worker.worker_id, lease_token=self.lease_token
+                ),
+            )
 
     async def report(self, outcome: Outcome) -> None:
         """Report the final state; a 409 naming that very state means an earlier attempt landed."""
