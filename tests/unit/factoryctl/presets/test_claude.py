@@ -60,8 +60,8 @@ def test_a_tool_run_becomes_session_messages_tool_calls_results_and_usage() -> N
             {
                 "id": "call_0001",
                 "ok": True,
-                "output": "File created successfully at: /tmp/record/ws/out/hello.txt (file state is current in "
-                "your context — no need to Read it back)",
+                "output": "File created successfully at: /tmp/record/ws/out/hello.txt (file state is current"
+                " in your context — no need to Read it back)",
                 "truncated": False,
             },
         ),
@@ -211,8 +211,8 @@ def test_invocation_environment(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("config", "secret", "variable"),
     [
-        ({"harness": {"auth": {"source": "managedSecret", "secret_name": "team-claude-key"}}}, "sk-ant-api03-x",
-         "ANTHROPIC_API_KEY"),
+        ({"harness": {"auth": {"source": "managedSecret", "secret_name": "team-claude-key"}}},
+         "sk-ant-api03-x", "ANTHROPIC_API_KEY"),
         ({"harness_auth_secrets": {"claude_auth_secret_name": "team-claude-key"}}, "sk-ant-oat01-y",
          "CLAUDE_CODE_OAUTH_TOKEN"),
     ],
