@@ -13,14 +13,31 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from factoryctl.context import CliContext
 
+# The worker's own harnesses and the agent presets (factoryctl.worker.presets.registry.PRESET_TYPES),
+# spelled out so the parser imports nothing of the worker.
+HARNESS_CHOICES = ("echo", "command", "claude", "codex", "gemini")
+
 
 def register(sub: Any) -> None:  # argparse subparsers
     p = sub.add_parser("worker", help="run a self-hosted worker for one worker host ID")
     p.add_argument("--server", default=None, metavar="URL", help="control plane URL (env FACTORY_API_URL)")
     p.add_argument("--host-id", required=True, metavar="ID", help="the worker host ID runs are routed to")
-    p.add_argument("--harness", choices=("echo", "command"), default="echo", help="default harness (echo)")
+    p.add_argument(
+        "--harness",
+        choices=HARNESS_CHOICES,
+        default="echo",
+        help="default harness (echo); the worker offers echo, this one, and command with --command",
+    )
     p.add_argument(
         "--command", dest="harness_command", default=None, metavar="CMD", help="command harness CLI"
+    )
+    p.add_argument(
+        "--agent-cli",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="the CLI of the --harness preset (claude, codex, gemini) when it is not on PATH; checked "
+        "with --version at start",
     )
     p.add_argument("--concurrency", type=int, default=1, metavar="N", help="runs executed at once (1)")
     p.add_argument("--workspace-root", default=None, metavar="DIR", help="run workspaces (default: temp dir)")
@@ -57,12 +74,22 @@ def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
         print("error: --host-id must name this worker (not empty, not 'warp')", file=sys.stderr)
         return 2
     import asyncio
+    import dataclasses
     import logging
     from pathlib import Path
 
     from factoryctl.worker.agent import RemoteWorker
     from factoryctl.worker.execution import scrubbed_environment
+    from factoryctl.worker.presets.registry import AgentCliProblem, agents_for, parse_agent_cli
     from factoryctl.worker.sandbox import Sandbox, check_layout
+
+    # The preset's CLI is found and its version checked now: a missing or old CLI stops the worker here
+    # rather than failing every run it claims (docs/workers.md, "Harnesses").
+    try:
+        agents = agents_for(args.harness, parse_agent_cli(args.agent_cli), env=ctx.env)
+    except (ValueError, AgentCliProblem) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     workspace_root = Path(args.workspace_root).resolve() if args.workspace_root else None
@@ -93,6 +120,11 @@ def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
         sandbox=sandbox,
         sandbox_required=args.sandbox == "bwrap",
     )
+    worker.settings = dataclasses.replace(worker.settings, agents=agents)
+    for cli in agents.values():
+        logging.getLogger("factoryctl.worker").info(
+            "harness %s: %s (version %s)", cli.preset.name, cli.executable, ".".join(map(str, cli.version))
+        )
     try:
         return asyncio.run(worker.run_until_signalled())
     except KeyboardInterrupt:

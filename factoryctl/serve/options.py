@@ -14,7 +14,10 @@ from api.context import ServerSettings
 from api.notifications.policy import NotificationSettings
 from factoryctl.context import CliContext
 from factoryctl.serve.group import parse_processes
+from factoryctl.worker.presets.registry import AgentCli, AgentCliProblem, agents_for, parse_agent_cli
 from factoryctl.worker.sandbox import DEFAULT_BWRAP, check_layout
+
+HARNESS_CHOICES = ("echo", "command", "claude", "codex", "gemini")
 
 
 def trusted_proxies(flags: list[str] | None, env_value: str) -> tuple[str, ...]:
@@ -44,6 +47,8 @@ class ServeOptions:
     processes: int = 1  # --processes: 1 primary + (processes - 1) secondaries (docs/operations.md)
     harness: str = "echo"
     harness_command: str | None = None
+    # The --harness preset's CLI, found and version-checked at start (docs/workers.md, "Harnesses").
+    agents: dict[str, AgentCli] = field(default_factory=dict)
     # Service-hosted runs: their workspaces (None: a private temp directory) and the sandbox their
     # run-controlled processes start in (docs/workers.md, "Sandbox").
     workspace_dir: Path | None = None
@@ -123,6 +128,17 @@ class ServeOptions:
         command = pick(args.harness_command, "COMMAND", None)
         if harness == "command" and not command:
             raise ValueError("--harness command needs --command CMD")
+        if harness not in HARNESS_CHOICES:
+            raise ValueError(f"FACTORY_HARNESS {harness!r}: expected one of {', '.join(HARNESS_CHOICES)}")
+        agents: dict[str, AgentCli] = {}
+        flags = getattr(args, "agent_cli", None) or [
+            v for v in env.get("FACTORY_AGENT_CLI", "").split(",") if v
+        ]
+        if workers:  # only service-hosted workers run a preset's CLI
+            try:
+                agents = agents_for(harness, parse_agent_cli(flags), env=env)
+            except AgentCliProblem as exc:
+                raise ValueError(str(exc)) from exc
         processes = parse_processes(str(pick(args.processes, "PROCESSES", "1")))
         if processes > 1 and ctx.database_url.strip().lower().startswith("sqlite"):
             raise ValueError(
@@ -152,6 +168,7 @@ class ServeOptions:
             processes=processes,
             harness=harness,
             harness_command=command,
+            agents=agents,
             workspace_dir=workspace_dir,
             bwrap=pick(args.bwrap, "BWRAP", DEFAULT_BWRAP),
             sandbox_ro=sandbox_ro,

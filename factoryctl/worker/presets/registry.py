@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,3 +147,38 @@ def _version_output(executable: str, env: Mapping[str, str]) -> str:
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise AgentCliProblem(f"cannot run `{executable} --version`: {exc}") from exc
     return done.stdout.decode(errors="replace") + "\n" + done.stderr.decode(errors="replace")
+
+
+def parse_agent_cli(values: Iterable[str]) -> dict[str, str]:
+    """``--agent-cli NAME=PATH`` values (or ``FACTORY_AGENT_CLI``'s comma-separated ones) by preset name;
+    raises ValueError for a malformed one or an unknown name."""
+    paths: dict[str, str] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        name = name.strip()
+        if not sep or not path.strip():
+            raise ValueError(f"--agent-cli {value!r}: expected NAME=PATH (e.g. claude=/opt/bin/claude)")
+        if name not in PRESET_TYPES:
+            raise ValueError(f"--agent-cli {value!r}: {name!r} is not a preset ({', '.join(PRESET_TYPES)})")
+        paths[name] = path.strip()
+    return paths
+
+
+def agents_for(
+    harness: str, paths: Mapping[str, str], *, env: Mapping[str, str] | None = None
+) -> dict[str, AgentCli]:
+    """The agent CLIs a worker whose default harness is ``harness`` offers: that preset's, found and
+    checked (:func:`find_cli`), or none. Raises :class:`AgentCliProblem` for a CLI that is missing or
+    too old, a preset this installation lacks, or a path given for a preset the worker does not run."""
+    for name in paths:
+        if name != harness:
+            raise AgentCliProblem(
+                f"--agent-cli {name}=... names a preset this worker does not run: it runs {harness!r} "
+                f"(--harness); a worker offers echo, its --harness and command (docs/workers.md, 'Harnesses')"
+            )
+    if harness not in PRESET_TYPES:
+        return {}
+    preset = PRESETS.get(harness)
+    if preset is None:
+        raise AgentCliProblem(f"the {harness} preset is not part of this factoryctl installation")
+    return {harness: find_cli(preset, paths.get(harness), env=env)}
