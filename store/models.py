@@ -547,8 +547,8 @@ class AppliedLock(Base):
 class RunEvent(Base):
     """One entry of a run's ordered event log (docs/events.md): the id is the SSE event id.
 
-    ``kind`` is ``state`` | ``followup`` | ``log`` | ``truncated``; written in the transaction of the change
-    it records, so a rolled-back change leaves no event.
+    ``kind`` is ``state`` | ``followup`` | ``log`` | ``truncated`` or a transcript kind (``message`` ...);
+    written in the transaction of the change it records, so a rolled-back change leaves no event.
     """
 
     __tablename__ = "run_events"
@@ -567,7 +567,7 @@ class RunEvent(Base):
     # whose single writer commits in id order. Cross-run readers order by (txid, id) below the oldest
     # running transaction (docs/events.md, "Ordering and delivery").
     txid: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
-    kind: Mapped[str] = mapped_column(String(10))
+    kind: Mapped[str] = mapped_column(String(20))
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[dt.datetime]
 

@@ -25,8 +25,8 @@ from api.runs import events
 from store.clock import Clock
 from store.models import Run
 
-MESSAGE, TOOL_CALL, TOOL_RESULT, USAGE, SESSION = "message", "tool_call", "tool_result", "usage", "session"
-EVENT_KINDS: Final = (MESSAGE, TOOL_CALL, TOOL_RESULT, USAGE, SESSION)
+MESSAGE, TOOL_CALL, TOOL_RESULT, USAGE, SESSION = events.TRANSCRIPT
+EVENT_KINDS: Final = events.TRANSCRIPT
 MAX_EVENTS_PER_CALL: Final = 500
 MAX_MESSAGE_BYTES: Final = 32 * 1024  # UTF-8 bytes of a message's text
 MAX_TOOL_INPUT_BYTES: Final = 16 * 1024  # UTF-8 bytes of a tool call's input, serialized as JSON

@@ -32,6 +32,9 @@ from store.models import Run, RunEvent
 
 MAX_EVENTS_PER_RUN: Final = 10_000  # docs/events.md, "Bounds": output events beyond it are dropped
 STATE, FOLLOWUP, LOG, TRUNCATED = "state", "followup", "log", "truncated"
+# An agent preset's transcript (docs/events.md, "Transcript events"): the run's output, like ``log``.
+TRANSCRIPT: Final = ("message", "tool_call", "tool_result", "usage", "session")
+OUTPUT: Final = frozenset({LOG, TRUNCATED, *TRANSCRIPT})  # what the team stream sends only with logs=true
 _EVENTS: Table = cast("Table", RunEvent.__table__)
 _INSERT_EVENTS = insert(_EVENTS)
 
@@ -277,8 +280,10 @@ __all__ = [
     "FOLLOWUP",
     "LOG",
     "MAX_EVENTS_PER_RUN",
+    "OUTPUT",
     "START",
     "STATE",
+    "TRANSCRIPT",
     "TRUNCATED",
     "Position",
     "add_event",

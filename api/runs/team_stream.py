@@ -31,7 +31,7 @@ from store.models import RunEvent
 
 _BOOLEANS: Final = {"true": True, "1": True, "false": False, "0": False}
 _BIGINT_MAX: Final = 2**63 - 1  # both halves of a position are BIGINT columns
-_LOG_KINDS: Final = frozenset({events.LOG, events.TRUNCATED})
+_LOG_KINDS: Final = events.OUTPUT  # log lines and the agent's transcript
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class TeamFilter:
 
     factory_uids: frozenset[str] = frozenset()  # empty: every run, with a factory or not
     states: frozenset[str] = frozenset()  # non-empty: only ``state`` events entering one of them
-    logs: bool = False  # ``log`` and ``truncated`` events too
+    logs: bool = False  # ``log``, ``truncated`` and transcript events too
 
     def matches(self, event: RunEvent) -> bool:
         if self.factory_uids and event.factory_uid not in self.factory_uids:

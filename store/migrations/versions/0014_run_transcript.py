@@ -7,7 +7,8 @@ Create Date: 2026-11-26 10:20:00.000000
 The runs of agent CLI presets (docs/agents.md): ``runs.harness_type`` (the preset a run needs, "" when any
 worker may run it), appended to the claim queue index ``ix_runs_queue`` so a worker's offered harnesses
 filter inside the index; ``runs.request_usage`` (JSON token and cost totals of the run's ``usage`` events);
-``runs.session_attempt`` (the attempt whose ``session`` event set ``session_id``).
+``runs.session_attempt`` (the attempt whose ``session`` event set ``session_id``); ``run_events.kind`` widened
+to 20 characters for the transcript's kinds (``tool_result``).
 """
 from alembic import op
 import sqlalchemy as sa
@@ -25,9 +26,14 @@ def upgrade() -> None:
     op.add_column('runs', sa.Column('session_attempt', sa.Integer(), nullable=True))
     op.drop_index('ix_runs_queue', table_name='runs')
     op.create_index('ix_runs_queue', 'runs', ['state', 'worker_host', 'queued_at', 'harness_type'])
+    if op.get_bind().dialect.name != 'sqlite':  # SQLite does not enforce a VARCHAR length
+        op.alter_column('run_events', 'kind', type_=sa.String(length=20), existing_nullable=False)
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name != 'sqlite':
+        op.execute("DELETE FROM run_events WHERE length(kind) > 10")
+        op.alter_column('run_events', 'kind', type_=sa.String(length=10), existing_nullable=False)
     op.drop_index('ix_runs_queue', table_name='runs')
     op.create_index('ix_runs_queue', 'runs', ['state', 'worker_host', 'queued_at'])
     op.drop_column('runs', 'session_attempt')
