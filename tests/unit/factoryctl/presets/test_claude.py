@@ -231,7 +231,7 @@ def test_a_managed_secret_becomes_the_cli_credential(
 
 
 def test_mcp_servers_and_skills_are_files_in_the_agent_home(tmp_path: Path) -> None:
-    servers = {
+    servers: dict[str, dict[str, Any]] = {
         "docs": {"url": "https://mcp.example/docs", "headers": {"Authorization": "Bearer t"}},
         "local": {"command": "mcp-local", "env": {"A": "1"}, "environment": "env_1"},
         "hosted": {"warp_id": "w1"},
