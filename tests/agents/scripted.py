@@ -14,7 +14,7 @@ an async test alike::
     script = Script([ToolCall("Bash", {"command": "echo hi"}), Text("done")])
     with ScriptedServer(anthropic_app(script)) as server:
         subprocess.run([...], env={"ANTHROPIC_BASE_URL": server.url, ...})
-    assert server.recorder.model_requests()[1]["messages"] ...
+    assert "hi" in transcript_text(model_requests(server.recorder)[1])  # anthropic_server helpers
 
 A reply is taken by one model request; when the script runs out, :attr:`Script.fallback` answers (so a CLI
 that asks once more than the test expected gets an answer rather than a hang, and the test sees it in the
