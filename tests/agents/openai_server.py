@@ -8,8 +8,9 @@ answered from the :class:`~agents.scripted.Script` as server-sent events: ``resp
 item ``response.output_item.added`` / ``response.output_item.done`` (a ``message`` with ``output_text``
 for :class:`~agents.scripted.Text`, a ``function_call`` for :class:`~agents.scripted.ToolCall` — Codex's
 shell tool is ``exec_command`` with ``{"cmd": ...}``), then ``response.completed`` with the usage. A reply
-holding a :class:`Failure` ends with ``response.failed`` instead (Codex retries such a stream 5 times, then
-reports ``turn.failed``).
+holding a :class:`StreamFailure` ends with ``response.failed`` instead (Codex retries such a stream 5
+times, then reports ``turn.failed``); a :class:`~agents.scripted.Failure` is answered with its HTTP status
+and an OpenAI error body.
 
 Every reply reports :data:`INPUT_TOKENS` input and :data:`OUTPUT_TOKENS` output tokens, so a test can
 assert the usage the CLI adds up.
@@ -26,6 +27,7 @@ from aiohttp import web
 from agents.scripted import (
     RECORDER_KEY,
     SCRIPT_KEY,
+    Failure,
     Recorder,
     Reply,
     Request,
@@ -41,7 +43,7 @@ RESPONSES_PATH = "/v1/responses"
 
 
 @dataclass(frozen=True)
-class Failure(Text):
+class StreamFailure(Text):
     """The model's stream fails with ``text`` as the error message (``response.failed``)."""
 
 
@@ -61,6 +63,9 @@ def openai_app(script: Script, recorder: Recorder | None = None) -> web.Applicat
         body = entry.body if isinstance(entry.body, dict) else {}
         turn = script.take()
         replies += 1
+        if turn.failure is not None:
+            error = {"message": turn.failure.message, "type": "invalid_request_error", "code": None}
+            return web.json_response({"error": error}, status=turn.failure.status)
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
@@ -77,10 +82,10 @@ def openai_app(script: Script, recorder: Recorder | None = None) -> web.Applicat
 
 
 def output_items(response_id: str, turn: Reply) -> list[dict[str, Any]]:
-    """The reply's output items in the Responses format (a :class:`Failure` part has none)."""
+    """The reply's output items in the Responses format (a failure has none)."""
     items: list[dict[str, Any]] = []
     for index, part in enumerate(turn.parts):
-        if isinstance(part, Failure):
+        if isinstance(part, StreamFailure | Failure):
             continue
         if isinstance(part, ToolCall):
             items.append(
@@ -116,7 +121,7 @@ def stream_events(response_id: str, model: str, turn: Reply) -> list[dict[str, A
         "output": [],
     }
     events: list[dict[str, Any]] = [{"type": "response.created", "response": envelope}]
-    failure = next((p for p in turn.parts if isinstance(p, Failure)), None)
+    failure = next((p for p in turn.parts if isinstance(p, StreamFailure)), None)
     if failure is not None:
         error = {"code": "server_error", "message": failure.text}
         return [

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from factoryctl.worker.errors import WorkspaceError
 from factoryctl.worker.job import Job
 from factoryctl.worker.presets import base
 from factoryctl.worker.presets.base import Context, Verdict
 from factoryctl.worker.presets.codex import DEFAULT_BASE_URL, PRESET
-from factoryctl.worker.workspace import DEFINED_BY, WorkspaceError
+from factoryctl.worker.workspace import DEFINED_BY
 
 FIXTURES = Path(__file__).parents[3] / "fixtures" / "agents" / "codex"
 HOME = Path("/runs/r1.home")
@@ -202,6 +203,13 @@ def test_a_missing_key_fails_with_codexs_words() -> None:
     assert verdict == Verdict(ok=False, message="Missing environment variable: `OPENAI_API_KEY`.")
 
 
+def test_a_refused_key_fails_after_codexs_retries_with_the_providers_words() -> None:
+    events, verdict = parse("unauthorized")  # a 401 to six requests in a row (Codex retries even that)
+    assert verdict is not None and not verdict.ok
+    assert "401 Unauthorized: Incorrect API key provided" in (verdict.message or "")
+    assert sum("Reconnecting" in m["text"] for m in of(events, "message")) == 5
+
+
 def test_lines_outside_the_json_stream_are_not_structured_and_no_output_is_no_verdict() -> None:
     parser = PRESET.parser()
     for line in ("Reading additional input from stdin...", "", "[1, 2]", '{"no": "type"}', "{broken"):
@@ -220,10 +228,10 @@ def test_an_error_without_a_turn_end_fails() -> None:
 # of Codex's exec event types (``McpToolCallItem``, ``FileChangeItem``).
 
 
-def feed_items(*items: dict[str, Any]) -> list[base.AgentEvent]:
+def feed_items(*items: tuple[str, dict[str, Any]]) -> list[base.AgentEvent]:
     parser = PRESET.parser()
     events: list[base.AgentEvent] = []
-    for kind, item in items:  # type: ignore[misc]
+    for kind, item in items:
         events += parser.feed(json.dumps({"type": kind, "item": item}))
     return events
 
