@@ -37,7 +37,8 @@ def run_gemini(
     env: Mapping[str, str] | None = None,
     timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
-    """One CLI run; ``env`` adds to the run's environment (the model endpoint and key by default)."""
+    """One CLI run; ``env`` adds to the run's environment (the model endpoint and key by default), which
+    the CLI's process gets beneath the invocation's own variables, as under the preset harness."""
     run_env = {"GOOGLE_GEMINI_BASE_URL": server_url, "GEMINI_API_KEY": API_KEY, **(env or {})}
     invocation = PRESET.invocation(
         job, executable, Context(workspace=workspace, home=home, resume=resume, env=run_env)
@@ -50,7 +51,7 @@ def run_gemini(
         invocation.argv,
         input=invocation.stdin,
         cwd=workspace,
-        env={"PATH": f"{node_dir}:/usr/bin:/bin", **invocation.env},
+        env={"PATH": f"{node_dir}:/usr/bin:/bin", **run_env, **invocation.env},
         capture_output=True,
         text=True,
         timeout=timeout,
