@@ -31,6 +31,7 @@ CODEX_HOME = ".codex"  # under the run's agent home
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 PROVIDER = "factoryctl"
 KEY_VARIABLE = "OPENAI_API_KEY"
+DEFAULT_MODELS = frozenset({"", "auto", "default"})  # Codex's own default model
 _VERSION = re.compile(r"codex(?:-cli)?\s+v?(\d+)\.(\d+)\.(\d+)")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -56,7 +57,7 @@ class CodexPreset:
             argv.append("resume")
         argv += ["--json", "--skip-git-repo-check"]
         model = harness.get("model_id") or job.model_id
-        if isinstance(model, str) and model:
+        if isinstance(model, str) and model.strip().lower() not in DEFAULT_MODELS:
             argv += ["--model", model]
         argv.append("--")
         if context.resume:

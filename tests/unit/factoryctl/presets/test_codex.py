@@ -87,8 +87,10 @@ def test_a_follow_up_resumes_the_thread() -> None:
     ]  # fmt: skip
 
 
-def test_no_model_leaves_codex_its_default() -> None:
+def test_no_model_or_auto_leaves_codex_its_default() -> None:
     assert "--model" not in PRESET.invocation(job(), "codex", context()).argv
+    for model in ("auto", "Default"):
+        assert "--model" not in PRESET.invocation(job(model_id=model), "codex", context()).argv
 
 
 def test_config_points_a_responses_provider_at_the_endpoint_and_turns_off_prompts_and_telemetry() -> None:
