@@ -9,7 +9,8 @@ session's key.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from aiohttp import web
@@ -30,6 +31,7 @@ from api.runs.stream import stream_run
 from api.runs.stream_grants import Grant
 from store.models import Automation, Factory, RunEvent
 
+PAGE_TRANSCRIPT_EVENTS: Final = 1_000  # the newest transcript events shown (the stream has them all)
 MAX_PAGE_EVENTS: Final = 2_000  # state changes and follow-ups shown (a run has a handful)
 PAGE_LOG_LINES: Final = 1_000  # the newest log lines shown; the rest are in the logs API
 NOTICES: Final = {  # fixed texts only: a query string never puts words on the page
@@ -72,6 +74,7 @@ class EventLog:
     logs: list[Event]
     log_lines: int
     last_id: int
+    transcript: list[Event] = field(default_factory=list)
 
 
 _EVENTS = select(RunEvent.id, RunEvent.kind, RunEvent.data, RunEvent.created_at)
@@ -88,7 +91,7 @@ async def _events_of(request: web.Request, run_id: str) -> EventLog:
         others = list(
             (
                 await conn.execute(
-                    _EVENTS.where(of_run, RunEvent.kind != events.LOG)
+                    _EVENTS.where(of_run, RunEvent.kind.not_in([events.LOG, *events.TRANSCRIPT]))
                     .order_by(RunEvent.id)
                     .limit(MAX_PAGE_EVENTS)
                 )
@@ -96,13 +99,60 @@ async def _events_of(request: web.Request, run_id: str) -> EventLog:
         )
         newest = _EVENTS.where(of_run, RunEvent.kind == events.LOG).order_by(RunEvent.id.desc())
         logs = list(reversed((await conn.execute(newest.limit(PAGE_LOG_LINES))).all()))
+        said = _EVENTS.where(of_run, RunEvent.kind.in_(events.TRANSCRIPT)).order_by(RunEvent.id.desc())
+        transcript = list(reversed((await conn.execute(said.limit(PAGE_TRANSCRIPT_EVENTS))).all()))
         log_lines = len(logs)
         if log_lines == PAGE_LOG_LINES:  # there may be more
             count = select(func.count(RunEvent.id)).where(of_run, RunEvent.kind == events.LOG)
             log_lines = int((await conn.execute(count)).scalar_one())
     # The newest event is the last state change or follow-up, or the newest log line.
-    last_id = max((rows[-1].id for rows in (others, logs) if rows), default=0)
-    return EventLog(others, logs, log_lines, last_id)
+    last_id = max((rows[-1].id for rows in (others, logs, transcript) if rows), default=0)
+    return EventLog(others, logs, log_lines, last_id, transcript)
+
+
+def transcript_entries(rows: Sequence[Event]) -> list[dict[str, Any]]:
+    """The agent's transcript as the page shows it: messages, and each tool call with its result (matched by
+    the call's id) folded under it. Text stays text: the template escapes it."""
+    entries: list[dict[str, Any]] = []
+    calls: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        data = row.data or {}
+        if row.kind == "message":
+            entries.append(
+                {"kind": "message", "role": str(data.get("role", "")), "text": str(data.get("text", ""))}
+            )
+        elif row.kind == "tool_call":
+            call_id = str(data.get("id", ""))
+            call = {
+                "kind": "tool",
+                "id": call_id,
+                "name": str(data.get("name", "")),
+                "input": pretty_json(data.get("input")),
+                "result": None,
+            }
+            entries.append(call)
+            calls[call_id] = call
+        elif row.kind == "tool_result":
+            result = {"ok": bool(data.get("ok")), "output": str(data.get("output", ""))}
+            found = calls.get(str(data.get("id", "")))
+            if found is not None and found["result"] is None:
+                found["result"] = result
+            else:
+                entries.append({"kind": "tool", "id": "", "name": "(result)", "input": "", "result": result})
+    return entries
+
+
+def usage_view(usage: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The run's ``request_usage`` as the page shows it: ``text`` (``1,500 tokens · $0.0123``, None before
+    any usage), and ``tokens`` and ``cost`` for run.js to add live usage to."""
+    if not usage:
+        return {"text": None, "tokens": 0, "cost": ""}
+    tokens = int(usage.get("total_tokens") or 0)
+    text = f"{tokens:,} tokens"
+    cost = usage.get("inference_cost_usd")
+    if isinstance(cost, int | float):
+        return {"text": f"{text} · ${cost:.4f}", "tokens": tokens, "cost": repr(float(cost))}
+    return {"text": text, "tokens": tokens, "cost": ""}
 
 
 def _state_step(event: Event) -> dict[str, Any]:
@@ -130,7 +180,7 @@ async def run_page(request: web.Request) -> web.StreamResponse:
         automation = await session.get(Automation, run.automation_id) if run.automation_id else None
     # Events are read after the run: whatever the page shows, the stream continues after its last id.
     log = await _events_of(request, run_id)
-    item = run_item(run, names[run.run_id])
+    item = run_item(run, names[run.run_id], now=request.app[CLOCK].now())
     notice = NOTICES.get(request.query.get("done", ""))
     # A run that finished between the two reads is not live: its terminal event is on the page already, and
     # a stream after it would only answer 204 (docs/events.md, "Ordering and delivery").
@@ -161,6 +211,8 @@ async def run_page(request: web.Request) -> web.StreamResponse:
                 {"at": when(e.created_at), **(e.data or {})} for e in log.others if e.kind == events.FOLLOWUP
             ],
             "truncated": any(e.kind == events.TRUNCATED for e in log.others),
+            "transcript": transcript_entries(log.transcript),
+            "usage": usage_view(item["request_usage"]),
             "last_event": log.last_id,
             "live": live,
             "cancellable": live and not run.cancel_requested,

@@ -1,5 +1,6 @@
 // factoryctl console: the live run page. Follows /console/runs/{id}/events (Server-Sent Events) and adds
-// state changes and log lines to the page. Harness output is untrusted: text goes in with textContent only.
+// state changes, log lines and the agent's transcript (messages, tool calls folded with their results,
+// usage) to the page. Harness output is untrusted: text goes in with textContent only.
 "use strict";
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -65,6 +66,68 @@ document.addEventListener("DOMContentLoaded", () => {
     lines += 1;
     if (empty) empty.hidden = true;
     if (count) count.textContent = lines + (lines === 1 ? " line" : " lines");
+  });
+
+  const transcript = document.getElementById("transcript");
+  const transcriptCard = document.getElementById("transcript-card");
+  const usage = document.getElementById("run-usage");
+  const say = (node) => {
+    if (!transcript) return;
+    const atBottom = transcript.scrollTop + transcript.clientHeight >= transcript.scrollHeight - 4;
+    transcript.append(node);
+    if (atBottom) transcript.scrollTop = transcript.scrollHeight;
+    if (transcriptCard) transcriptCard.hidden = false;
+  };
+  const pretty = (value) => {
+    try { return JSON.stringify(value, null, 2); } catch (_) { return String(value); }
+  };
+
+  source.addEventListener("message", (message) => {
+    const data = JSON.parse(message.data).data || {};
+    const role = String(data.role || "assistant");
+    const node = el("div", "msg role-" + role.replace(/[^a-z]/g, ""));
+    node.append(el("span", "role", role), el("div", "text", String(data.text || "")));
+    say(node);
+  });
+
+  source.addEventListener("tool_call", (message) => {
+    const data = JSON.parse(message.data).data || {};
+    const node = el("details", "tool");
+    node.dataset.toolId = String(data.id || "");
+    const summary = el("summary");
+    summary.append(el("span", "toolname", String(data.name || "")));
+    node.append(summary, el("pre", "input", pretty(data.input)));
+    say(node);
+  });
+
+  source.addEventListener("tool_result", (message) => {
+    const data = JSON.parse(message.data).data || {};
+    const id = String(data.id || "");
+    let node = null;
+    if (transcript) {
+      for (const candidate of transcript.querySelectorAll("details.tool")) {
+        if (candidate.dataset.toolId === id && !candidate.querySelector("pre.output")) node = candidate;
+      }
+    }
+    if (!node) {
+      node = el("details", "tool");
+      node.append(el("summary", "", "(result)"));
+      say(node);
+    }
+    const ok = Boolean(data.ok);
+    node.querySelector("summary").append(" ", el("span", ok ? "pill ok" : "pill warn", ok ? "ok" : "error"));
+    node.append(el("pre", "output", String(data.output || "")));
+  });
+
+  source.addEventListener("usage", (message) => {
+    const data = JSON.parse(message.data).data || {};
+    if (!usage) return;
+    const tokens = Number(usage.dataset.tokens || 0) + Number(data.input_tokens || 0) + Number(data.output_tokens || 0);
+    usage.dataset.tokens = String(tokens);
+    let text = tokens.toLocaleString("en-US") + " tokens";
+    if (typeof data.cost_usd === "number") usage.dataset.cost = String(Number(usage.dataset.cost || 0) + data.cost_usd);
+    if (usage.dataset.cost !== "") text += " · $" + Number(usage.dataset.cost).toFixed(4);
+    usage.textContent = text;
   });
 
   source.addEventListener("truncated", () => {
