@@ -499,7 +499,7 @@ class Run(Base):
     log_dropped: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # The agent CLI preset the run needs ("claude" | "codex" | "gemini"), "" when any worker may run it:
     # only a worker offering that preset claims it (api/claims/queue.py).
-    harness_type: Mapped[str] = mapped_column(String(20), default="", server_default="")
+    harness_type: Mapped[str] = mapped_column(String(20), server_default="")
     # Token and cost totals of the run's ``usage`` events over all attempts: {input_tokens, output_tokens,
     # cost_usd}; NULL until the first (api/claims/transcript.py).
     request_usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
