@@ -15,6 +15,8 @@ Skipped, saying so, when the CLI is not installed (``npm ci``).
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -427,3 +429,45 @@ def test_a_follow_up_through_the_worker_resumes_the_gemini_session(stack: Stack,
     assert "wrote" in json.dumps(function_responses(resumed))
     assert any("What did you do?" in t for t in said), said
     assert run["session_id"] == session_id
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Gemini CLI starts each shell command in a session of its own (node-pty / detached spawn), so "
+    "signalling the CLI's process group leaves the command running; the harness must also signal the CLI's "
+    "descendants in other groups (reported to worker-core)",
+)
+def test_a_cancel_while_a_shell_command_runs_kills_the_cli_and_its_command(
+    stack: Stack, script: Script, tmp_path: Path
+) -> None:
+    from serve_support import wait_for
+
+    pid_file = tmp_path / "sleeper.pid"
+    script.extend([shell(f"echo $$ > {pid_file} && exec sleep 300")])
+    run_id = stack.deliver("d-cancel")
+    started = wait_for(
+        lambda: pid_file.exists() and pid_file.read_text().strip(),
+        60,
+        "the tool",
+        alive=stack.alive,
+        logs=stack.logs,
+    )
+    pid = int(started)
+    status, body = stack.served.post(f"/api/v1/agent/runs/{run_id}/cancel")
+    assert status == 200, body
+    run = stack.finished(run_id, 1)
+    assert run["state"] == "CANCELLED", run
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    # the CLI runs its shell commands in a session of their own: the harness must reach them too
+    try:
+        wait_for(gone, 10, "the shell command's process to end", alive=stack.alive, logs=stack.logs)
+    finally:
+        if not gone():
+            os.kill(pid, signal.SIGKILL)  # the test's own leftover (the command it had the CLI start)
