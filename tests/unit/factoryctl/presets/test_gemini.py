@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from factoryctl.worker.errors import WorkspaceError
 from factoryctl.worker.job import Job
 from factoryctl.worker.presets import base
 from factoryctl.worker.presets.base import Context, Verdict
 from factoryctl.worker.presets.gemini import PRESET
-from factoryctl.worker.workspace import DEFINED_BY, WorkspaceError
+from factoryctl.worker.workspace import DEFINED_BY
 
 FIXTURES = Path(__file__).parents[3] / "fixtures" / "agents" / "gemini"
 HOME = Path("/runs/r1.home")
