@@ -35,7 +35,19 @@ def register(sub: Any) -> None:
     )
     # A secondary of --processes N, started by the primary: FD is its end of their channel.
     p.add_argument("--secondary", type=int, default=None, metavar="FD", help=argparse.SUPPRESS)
-    p.add_argument("--harness", choices=("echo", "command"), default=None, help="service-hosted harness")
+    p.add_argument(
+        "--harness",
+        choices=("echo", "command", "claude", "codex", "gemini"),
+        default=None,
+        help="service-hosted harness (claude, codex, gemini: an agent CLI preset, docs/agents.md)",
+    )
+    p.add_argument(
+        "--agent-cli",
+        action="append",
+        default=None,
+        metavar="NAME=PATH",
+        help="where an agent CLI is when it is not on PATH (repeatable; env FACTORY_AGENT_CLI)",
+    )
     p.add_argument(
         "--command", dest="harness_command", default=None, metavar="CMD", help="command harness CLI"
     )

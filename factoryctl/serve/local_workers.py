@@ -43,6 +43,7 @@ from factoryctl.worker.execution import (
 )
 from factoryctl.worker.job import Outcome
 from factoryctl.worker.presets.base import AgentEvent
+from factoryctl.worker.presets.registry import AgentCli
 from factoryctl.worker.sandbox import Sandbox, check_layout
 from store import NotFound
 from store.crypto import SecretBox
@@ -185,8 +186,12 @@ def service_workers(
     heartbeat_seconds: float | None = None,
     sandbox: Sandbox | None = None,
     guarded: Sequence[Path] = (),
+    agents: Mapping[str, AgentCli] | None = None,
 ) -> Lifecycle:
     """A cleanup_ctx lifecycle running ``n`` service-hosted workers.
+
+    ``agents``: the agent CLIs found and version-checked at start (``--harness claude`` ...), which the
+    workers offer (docs/workers.md, "Harnesses").
 
     The lease reaper is a separate lifecycle (:func:`api.claims.reaper.lease_reaper`): it must run
     even with no service-hosted worker, because self-hosted workers hold leases too.
@@ -222,6 +227,7 @@ def service_workers(
             sandbox=confine,
             sandbox_required=True,
             guarded=(settings.data_dir, *guarded),
+            agents=dict(agents or {}),
         )
         stop, abort = asyncio.Event(), asyncio.Event()
         instance = secrets.token_hex(4)

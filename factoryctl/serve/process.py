@@ -113,6 +113,7 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
             harness_env=scrubbed_environment(service_environment(options.env, options.agent_env)),
             sandbox=Sandbox(options.bwrap, read_only=options.sandbox_ro, writable=options.sandbox_rw),
             guarded=options.guarded,
+            agents=options.agents,
         )
     )
     out.append(retention_job())  # delivery-log retention and rate-counter pruning
