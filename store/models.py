@@ -16,6 +16,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -468,7 +469,7 @@ class Run(Base):
     agent_config: Mapped[dict[str, Any]] = mapped_column(default=dict)
     config_name: Mapped[str | None] = mapped_column(String(200))
     model_id: Mapped[str | None] = mapped_column(String(200))
-    source: Mapped[str] = mapped_column(String(30))  # API | CLI | CUSTOM_WEBHOOK | FACTORY | SCHEDULED_AGENT
+    source: Mapped[str] = mapped_column(String(30))  # store.rules.vocabulary.RunSource
     creator_type: Mapped[str] = mapped_column(String(30))  # user | service_account
     creator_uid: Mapped[str] = mapped_column(String(100))
     creator_display_name: Mapped[str | None] = mapped_column(String(200))
@@ -505,6 +506,28 @@ class Run(Base):
     request_usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # The attempt whose ``session`` event set ``session_id``: the first of each attempt wins.
     session_attempt: Mapped[int | None] = mapped_column(Integer)
+    # What the factory's scorers said about this run (docs/scorers.md): one entry per recorded judgement,
+    # {scorer, label, score, passed, judge_run_id[, error]}; NULL until the first (api/scorers/).
+    scores: Mapped[list[Any] | None] = mapped_column(JSON)
+
+
+class RunScore(Base):
+    """One scorer's judgement of one run (docs/scorers.md). The primary key (run, scorer) is what makes a
+    run judged at most once per scorer however many replicas look: the job inserts ON CONFLICT DO NOTHING
+    and starts a judge run only for the row it inserted. ``judge_run_id`` is unique, so a judge's finish
+    finds its row by one index probe; ``label``/``error`` stay NULL until the judge's answer is recorded."""
+
+    __tablename__ = "run_scores"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True)
+    scorer_uid: Mapped[str] = mapped_column(String(40), primary_key=True)
+    scorer: Mapped[str] = mapped_column(String(300))  # the scorer's name when the judge started
+    judge_run_id: Mapped[str | None] = mapped_column(String(40), unique=True)
+    label: Mapped[str | None] = mapped_column(String(200))
+    score: Mapped[float | None] = mapped_column(Float)
+    passed: Mapped[bool | None] = mapped_column(Boolean)
+    error: Mapped[str | None] = mapped_column(String(500))
+    created_at: Mapped[dt.datetime]
+    recorded_at: Mapped[dt.datetime | None]
 
 
 class RunAttachment(Base):

@@ -38,6 +38,7 @@ class RunSource(StrEnum):
     CUSTOM_WEBHOOK = "CUSTOM_WEBHOOK"
     FACTORY = "FACTORY"
     SCHEDULED_AGENT = "SCHEDULED_AGENT"
+    RUN_SCORER = "RUN_SCORER"  # a scorer's judge run (docs/scorers.md); never itself judged
 
 
 RUN_STATES: Final[tuple[str, ...]] = tuple(state.value for state in RunState)
