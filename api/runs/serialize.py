@@ -65,6 +65,7 @@ def run_item(
         "run_time": run_time(run.started_at, run.finished_at or now),
         "is_sandbox_running": RunState(run.state) in LEASED,
         "artifacts": [],
+        "scores": list(run.scores or []),  # factoryctl: the scorers' judgements (docs/scorers.md)
     }
 
 

@@ -21,6 +21,7 @@ from api.management.validate import VALIDATOR
 from api.notifications.service import NOTIFICATION_SETTINGS, notification_sender
 from api.runs.log_retention import log_retention_job
 from api.schedules.scheduler import schedule_scheduler
+from api.scorers.job import scorer_job
 from factoryctl.context import CliContext
 from factoryctl.serve import secondaries
 from factoryctl.serve.group import Supervisor
@@ -118,6 +119,7 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
     )
     out.append(retention_job())  # delivery-log retention and rate-counter pruning
     out.append(log_retention_job())  # run logs of long-finished runs (docs/operations.md)
+    out.append(scorer_job())  # judge runs of the factories' scorers (docs/scorers.md)
     return out
 
 
