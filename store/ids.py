@@ -43,3 +43,4 @@ SCORER = "sc"
 BENCHMARK = "bm"
 MESSAGE = "msg"  # one notification message: its Standard Webhooks webhook-id
 GITHUB_CONNECTION = "gh"  # a team's GitHub App connection (docs/ingress.md, "GitHub App deliveries")
+ARTIFACT = "art"  # one artifact of a run (docs/agents.md, "Artifacts")

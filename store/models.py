@@ -530,6 +530,29 @@ class RunScore(Base):
     recorded_at: Mapped[dt.datetime | None]
 
 
+class RunArtifact(Base):
+    """What a run left behind (docs/agents.md, "Artifacts"): a ``FILE`` its agent wrote under
+    ``FACTORY_OUTPUTS`` (name, path, MIME type, size and the bytes, deferred so listings never load them),
+    or a ``PULL_REQUEST`` / ``EXTERNAL_REFERENCE`` link it declared (url, branch, reference type, title).
+    Uploaded by the run's lease holder; deleted with the run."""
+
+    __tablename__ = "run_artifacts"
+    __table_args__ = (Index("ix_run_artifacts_run", "run_id", "created_at"),)
+    uid: Mapped[str] = mapped_column(String(40), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"))
+    artifact_type: Mapped[str] = mapped_column(String(30))  # FILE | PULL_REQUEST | EXTERNAL_REFERENCE
+    created_at: Mapped[dt.datetime]
+    filename: Mapped[str | None] = mapped_column(String(255))
+    filepath: Mapped[str | None] = mapped_column(String(500))
+    mime_type: Mapped[str | None] = mapped_column(String(200))
+    size_bytes: Mapped[int | None] = mapped_column(Integer)
+    data: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
+    url: Mapped[str | None] = mapped_column(String(2048))
+    branch: Mapped[str | None] = mapped_column(String(300))
+    reference_type: Mapped[str | None] = mapped_column(String(300))
+    title: Mapped[str | None] = mapped_column(String(300))
+
+
 class RunAttachment(Base):
     __tablename__ = "run_attachments"
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True)
