@@ -388,7 +388,8 @@ def _scorer(scorer: ScorerSpec, agents: set[str], root: str) -> list[Diagnostic]
     out.append(
         _at(
             "FC091",
-            "scorers are stored and shown; factoryctl does not score runs yet",
+            "this scorer judges runs from their transcript only: the judge sees no artifacts and"
+            " selfImprovement is not acted on",
             place(scorer.locations, "name", path),
             warning=True,
         )

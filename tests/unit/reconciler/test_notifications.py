@@ -219,7 +219,7 @@ def test_events_and_filter_problems_are_fc081_at_the_item(factory_tree, where) -
     assert case.message.startswith("unknown event 'run.Failed'") and case.hint == "did you mean 'run.failed'?"
     assert star.message == "filter.factories: '*' stands alone" and star.hint is None
     assert source.message == (
-        "unknown source 'WEB': use one of API, CLI, CUSTOM_WEBHOOK, FACTORY, SCHEDULED_AGENT"
+        "unknown source 'WEB': use one of API, CLI, CUSTOM_WEBHOOK, FACTORY, SCHEDULED_AGENT, RUN_SCORER"
     )
 
 
