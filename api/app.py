@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api import ops
 from api.agents import routes as agents_routes
 from api.auth_failures import AUTH_FAILURES, budget_for, forwarded_client_middleware
+from api.claims import artifacts as claims_artifacts
 from api.claims import routes as claims_routes
 from api.console import routes as console_routes
 from api.context import (
@@ -38,6 +39,7 @@ from api.ingress import routes as ingress_routes
 from api.management import routes as management_routes
 from api.notifications import routes as notifications_routes
 from api.problems import problem_middleware
+from api.runs import artifacts as runs_artifacts
 from api.runs import routes as runs_routes
 from api.runs.claim_signal import CLAIM_SIGNAL, ClaimSignal
 from api.schedules import routes as schedules_routes
@@ -52,11 +54,13 @@ ROUTES: Mapping[str, Callable[[web.Application], None]] = MappingProxyType(
     {
         "api.ops": ops.setup,
         "api.runs.routes": runs_routes.setup,
+        "api.runs.artifacts": runs_artifacts.setup,
         "api.factories.routes": factories_routes.setup,
         "api.factories.reconcile": factories_reconcile.setup,
         "api.management.routes": management_routes.setup,
         "api.ingress.routes": ingress_routes.setup,
         "api.claims.routes": claims_routes.setup,
+        "api.claims.artifacts": claims_artifacts.setup,
         "api.environments.routes": environments_routes.setup,
         "api.schedules.routes": schedules_routes.setup,
         "api.agents.routes": agents_routes.setup,

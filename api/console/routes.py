@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from api import RateLimited
 from api.auth import key_holder
-from api.console import admin_pages, automation_pages, factory_pages, run_list, run_pages
+from api.console import admin_pages, artifact_pages, automation_pages, factory_pages, run_list, run_pages
 from api.console import sessions as console_sessions
 from api.console.rendering import render, setup_templates
 from api.console.security import (
@@ -152,6 +152,6 @@ def setup(app: web.Application) -> None:
     app.router.add_post("/console/login", login)
     app.router.add_route("*", "/console/logout", logout)
     app.router.add_get("/console/factories", factories)
-    for pages in (factory_pages, automation_pages, run_list, run_pages, admin_pages):
+    for pages in (factory_pages, automation_pages, run_list, run_pages, artifact_pages, admin_pages):
         pages.setup(app)
     app.router.add_static("/console/static/", HERE / "static", append_version=True, name="console_static")

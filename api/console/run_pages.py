@@ -16,11 +16,13 @@ from typing import Any, Final, NamedTuple
 from aiohttp import web
 from sqlalchemy import Row, func, select
 
+from api.console.artifact_pages import artifact_views
 from api.console.rendering import missing, or_404, pretty_json, render, when
 from api.console.security import changing, signed_in
 from api.context import CLOCK, SESSIONS, SETTINGS
 from api.runs import events
 from api.runs import records as runs
+from api.runs.artifacts import artifacts_of
 from api.runs.claim_signal import wake_claimers
 from api.runs.event_hub import notify_events
 from api.runs.followup_limits import FollowupLimits, TooManyFollowups
@@ -176,11 +178,12 @@ async def run_page(request: web.Request) -> web.StreamResponse:
         with or_404(missing(f"run {run_id}")):
             run = await runs.get_run(session, user.team_id, run_id)
         names = await runs.attachment_names(session, [run])
+        found = await artifacts_of(session, [run.run_id])
         factory = await session.get(Factory, run.factory_uid) if run.factory_uid else None
         automation = await session.get(Automation, run.automation_id) if run.automation_id else None
     # Events are read after the run: whatever the page shows, the stream continues after its last id.
     log = await _events_of(request, run_id)
-    item = run_item(run, names[run.run_id], now=request.app[CLOCK].now())
+    item = run_item(run, names[run.run_id], now=request.app[CLOCK].now(), artifacts=found[run.run_id])
     notice = NOTICES.get(request.query.get("done", ""))
     # A run that finished between the two reads is not live: its terminal event is on the page already, and
     # a stream after it would only answer 204 (docs/events.md, "Ordering and delivery").
@@ -213,6 +216,7 @@ async def run_page(request: web.Request) -> web.StreamResponse:
             "truncated": any(e.kind == events.TRUNCATED for e in log.others),
             "transcript": transcript_entries(log.transcript),
             "usage": usage_view(item["request_usage"]),
+            "artifacts": artifact_views(run.run_id, item["artifacts"]),
             "last_event": log.last_id,
             "live": live,
             "cancellable": live and not run.cancel_requested,

@@ -28,6 +28,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.runs import events
+from api.runs.artifacts import artifacts_of
 from store import ids
 from store.clock import Clock, rfc3339
 from store.models import (
@@ -127,10 +128,11 @@ async def _runs(session: AsyncSession, run_ids: Iterable[str]) -> dict[str, Any]
     return {row.run_id: row for row in await session.execute(stmt)}
 
 
-def _payload(event: RunEvent, run: Any) -> str:
-    """The message body (docs/notifications.md, "The message"), frozen when the message is made."""
+def _payload(event: RunEvent, run: Any, artifacts: Sequence[dict[str, Any]] | None = None) -> str:
+    """The message body (docs/notifications.md, "The message"), frozen when the message is made; a
+    terminal state's carries the run's ``artifacts`` (the run API's ``ArtifactItem`` list)."""
     data = event.data
-    body = {
+    body: dict[str, Any] = {
         "type": event_type(data["state"]),
         "timestamp": rfc3339(event.created_at),
         "data": {
@@ -150,6 +152,8 @@ def _payload(event: RunEvent, run: Any) -> str:
             "event_id": event.id,
         },
     }
+    if artifacts is not None:
+        body["data"]["artifacts"] = list(artifacts)
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -158,6 +162,7 @@ def _messages(
     endpoints: dict[str, list[NotificationEndpoint]],
     runs: dict[str, Any],
     now: dt.datetime,
+    artifacts: dict[str, list[dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for event in changes:
@@ -178,7 +183,8 @@ def _messages(
                 continue
             if not matches(endpoint.events, endpoint.filter, endpoint.factory_uid, facts):
                 continue
-            body = body or _payload(event, run)
+            ended = events.is_terminal(facts.state)
+            body = body or _payload(event, run, (artifacts or {}).get(event.run_id, []) if ended else None)
             rows.append(
                 {
                     "id": ids.new_id(ids.MESSAGE),
@@ -229,7 +235,9 @@ async def fan_out(session: AsyncSession, clock: Clock, *, batch: int = 2000, rou
             endpoints = await _endpoints(session, (e.team_id for e in changes))
             if endpoints:
                 runs = await _runs(session, (e.run_id for e in changes))
-                messages += _messages(changes, endpoints, runs, clock.now())
+                ended = sorted({e.run_id for e in changes if events.is_terminal(e.data["state"])})
+                found = await artifacts_of(session, ended)  # one query for the batch's finished runs
+                messages += _messages(changes, endpoints, runs, clock.now(), found)
         if len(rows) < batch:
             break
     if position == start or not await _advance(session, clock, start, position):

@@ -22,6 +22,7 @@ from api.http.bodies import fail_on, field_error, read_json_object
 from api.http.pagination import fingerprint, page_after, page_info, page_limit
 from api.http.paths import API_V1
 from api.runs import records as runs
+from api.runs.artifacts import artifacts_of
 from api.runs.claim_signal import wake_claimers
 from api.runs.config import resolve_config
 from api.runs.event_hub import notify_events, runs_queued
@@ -105,10 +106,16 @@ async def list_agent_runs(request: web.Request) -> web.Response:
     page = runs.PageRequest(limit=limit, sort_by=query.sort_by, sort_order=query.sort_order, after=after)
     async with sessions(request)() as session:
         result = await runs.list_runs(session, who.team_id, query.filters, page)
+        found = await artifacts_of(session, [r.run_id for r in result.runs])
     return web.json_response(
         {
             "runs": [
-                run_item(r, result.attachments.get(r.run_id, ()), **item_context(request))
+                run_item(
+                    r,
+                    result.attachments.get(r.run_id, ()),
+                    artifacts=found[r.run_id],
+                    **item_context(request),
+                )
                 for r in result.runs
             ],
             "page_info": page_info(result.next_position, fp),
@@ -121,7 +128,10 @@ async def get_agent_run(request: web.Request) -> web.Response:
     async with sessions(request)() as session:
         run = await runs.get_run(session, who.team_id, request.match_info["run_id"])
         names = await runs.attachment_names(session, [run])
-    return web.json_response(run_item(run, names[run.run_id], **item_context(request)))
+        found = await artifacts_of(session, [run.run_id])
+    return web.json_response(
+        run_item(run, names[run.run_id], artifacts=found[run.run_id], **item_context(request))
+    )
 
 
 async def followup_agent_run(request: web.Request) -> web.Response:

@@ -18,7 +18,12 @@ CONSOLE_RUNS = "/console/runs/"
 
 
 def run_item(
-    run: Run, attachments: Sequence[str] = (), *, base_url: str | None = None, now: dt.datetime | None = None
+    run: Run,
+    attachments: Sequence[str] = (),
+    *,
+    base_url: str | None = None,
+    now: dt.datetime | None = None,
+    artifacts: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """RunItem: identity, prompt, state, timestamps (RFC 3339 UTC), config, origin and factory fields;
     ``schedule`` only for scheduled runs (docs/schedules.md, "Runs started by a schedule"); the agent's
@@ -26,7 +31,8 @@ def run_item(
 
     ``base_url`` is the server's public URL (``session_link`` is its console page for the run; None: the
     stored link); ``now`` ends the ``run_time`` of a run still going (None: the run time so far is unknown
-    and only a finished run has one)."""
+    and only a finished run has one). ``artifacts``: the run's ``ArtifactItem`` list
+    (:func:`api.runs.artifacts.artifacts_of`, one query per page)."""
     return {
         "run_id": run.run_id,
         "task_id": run.run_id,
@@ -64,7 +70,7 @@ def run_item(
         "request_usage": request_usage(run.request_usage),
         "run_time": run_time(run.started_at, run.finished_at or now),
         "is_sandbox_running": RunState(run.state) in LEASED,
-        "artifacts": [],
+        "artifacts": [dict(a) for a in artifacts],
         "scores": list(run.scores or []),  # factoryctl: the scorers' judgements (docs/scorers.md)
     }
 
