@@ -331,6 +331,37 @@ def conflict_run_state(exc: ConflictError) -> str | None:
     return state if isinstance(state, str) and state in RUN_STATES else None
 
 
+def upload_run_artifacts(
+    run_id: str,
+    *,
+    links: Sequence[Mapping[str, Any]] = (),
+    files: Sequence[tuple[str, str, bytes]] = (),
+    worker_id: str | None = None,
+    lease_token: str | None = None,
+) -> RequestSpec[int]:
+    """Add the run's artifacts (docs/agents.md, "Artifacts"): declared ``links`` and ``files`` as
+    ``(filepath, mime_type, data)``, one multipart request; answers how many were added. A file sent
+    again under the same path replaces the earlier one, so a repeat is harmless."""
+    meta = {
+        "worker_id": worker_id,
+        "lease_token": lease_token,
+        "links": [dict(x) for x in links],
+        "files": [{"filepath": p, "mime_type": m} for p, m, _ in files],
+    }
+    parts: list[tuple[str, tuple[str, bytes, str]]] = [
+        ("meta", ("meta.json", json_content(meta), "application/json"))
+    ]
+    parts += [("file", ("file", data, m)) for _, m, data in files]  # the path travels in meta
+    return RequestSpec(
+        "POST",
+        path(f"{V1}/workers/runs/{{}}/artifacts", run_id),
+        _accepted,
+        files=parts,
+        idempotent=True,
+        retries=LOG_RETRIES,
+    )
+
+
 class Workers(Resource[Mode]):
     claim = endpoint(claim_run)
     heartbeat = endpoint(heartbeat_run)
@@ -338,3 +369,4 @@ class Workers(Resource[Mode]):
     append_logs = endpoint(append_run_logs)
     send_events = endpoint(send_run_events)
     secrets = endpoint(run_secrets)
+    upload_artifacts = endpoint(upload_run_artifacts)

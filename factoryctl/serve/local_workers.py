@@ -27,12 +27,14 @@ from typing import Any
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from api.claims.artifacts import NewFile, add_artifacts, parse_links
 from api.claims.errors import LeaseRefused
 from api.claims.protocol import Holder, WorkerProtocol, run_secrets
 from api.context import BOX, SESSIONS, SETTINGS
 from api.runs.claim_signal import ClaimSignal, claim_signal
 from factoryctl.client.worker_resources import event_batches
 from factoryctl.worker import EnvironmentSetupFailed
+from factoryctl.worker.artifacts import Collected
 from factoryctl.worker.execution import (
     ExecutionSettings,
     HeartbeatReply,
@@ -107,6 +109,13 @@ class StoreChannel:
         for batch in event_batches([e.to_json() for e in events], max_bytes=EVENT_BATCH_BYTES):
             with _lease_lost():
                 await self.protocol.append_events(self.run_id, self.holder, batch)
+
+    async def send_artifacts(self, artifacts: Collected) -> None:
+        """The run's artifacts through the same checks as the HTTP route (:mod:`api.claims.artifacts`)."""
+        files = [NewFile(f.filepath, f.mime_type, f.data) for f in artifacts.files]
+        links = parse_links([d.fields for d in artifacts.declared])
+        with _lease_lost():
+            await add_artifacts(self.protocol, self.run_id, self.holder, files, links)
 
     async def report(self, outcome: Outcome) -> None:
         with _lease_lost():

@@ -45,6 +45,7 @@ from factoryctl.client import (
     retry_delay,
 )
 from factoryctl.client.worker_resources import RETRY_FOREVER, conflict_run_state, event_batches, log_batches
+from factoryctl.worker.artifacts import Collected
 from factoryctl.worker.errors import EnvironmentSetupFailed, LeaseLost, WorkerRefused
 from factoryctl.worker.execution import ExecutionSettings, HeartbeatReply, LogLine, execute, job_for_claim
 from factoryctl.worker.job import Outcome
@@ -340,6 +341,30 @@ class HttpChannel:
                     self.run_id, batch, worker_id=self.worker.worker_id, lease_token=self.lease_token
                 ),
             )
+
+    async def send_artifacts(self, artifacts: Collected) -> None:
+        """The declared links with the first request, then one request per file (each under the
+        server's per-file cap, so no request nears a body limit); a file the server refuses (413 past
+        the run's caps, 422) is logged and the rest still go."""
+        links = [d.fields for d in artifacts.declared]
+        batches: list[list[tuple[str, str, bytes]]] = [
+            [(f.filepath, f.mime_type, f.data)] for f in artifacts.files
+        ]
+        for batch in batches or [[]]:
+            call = self.worker.api.workers.upload_artifacts(
+                self.run_id,
+                links=links,
+                files=batch,
+                worker_id=self.worker.worker_id,
+                lease_token=self.lease_token,
+            )
+            try:
+                await self.worker.call_for_run(self.run_id, call)
+            except APIStatusError as exc:
+                if exc.status_code not in (413, 422):
+                    raise
+                log.warning("run %s: the server refused an artifact: %s", self.run_id, exc)
+            links = []
 
     async def report(self, outcome: Outcome) -> None:
         """Report the final state; a 409 naming that very state means an earlier attempt landed."""

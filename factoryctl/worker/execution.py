@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from factoryctl.worker.artifacts import Collected, Declared, FileArtifact, collect
 from factoryctl.worker.environment import (
     DEFAULT_SETUP_TIMEOUT_SECONDS,
     prepare_environment,
@@ -99,6 +100,10 @@ class RunChannel(Protocol):
     async def report(self, outcome: Outcome) -> None:
         """Report the final state; raises :class:`LeaseLost` when the server refuses it."""
 
+    async def send_artifacts(self, artifacts: Collected) -> None:
+        """Upload the run's artifacts (:mod:`factoryctl.worker.artifacts`) before its report; raises
+        :class:`LeaseLost`."""
+
 
 @dataclass(frozen=True)
 class ExecutionSettings:
@@ -148,6 +153,29 @@ class MaskingChannel:
 
     async def report(self, outcome: Outcome) -> None:
         await self.channel.report(_redacted(outcome, self.secrets))
+
+    async def send_artifacts(self, artifacts: Collected) -> None:
+        """Declared links masked like lines; a file's bytes masked when they are UTF-8 text (a binary
+        file cannot hold a secret's text as such)."""
+        await self.channel.send_artifacts(
+            Collected(
+                files=[_masked_file(f, self.secrets) for f in artifacts.files],
+                declared=[
+                    Declared({k: redact(v, self.secrets) for k, v in d.fields.items()})
+                    for d in artifacts.declared
+                ],
+                notes=list(artifacts.notes),
+            )
+        )
+
+
+def _masked_file(item: FileArtifact, secrets: Iterable[str]) -> FileArtifact:
+    try:
+        text = item.data.decode("utf-8")
+    except UnicodeDecodeError:
+        return item
+    masked = redact(text, secrets)
+    return item if masked == text else FileArtifact(item.filepath, item.mime_type, masked.encode("utf-8"))
 
 
 def scrubbed_environment(env: Mapping[str, str]) -> dict[str, str]:
@@ -257,7 +285,8 @@ async def execute(
         return await _finish(job, channel, buffer, Outcome.failed(str(exc), exc.error_code))
     except WorkerError as exc:
         return await _finish(job, channel, buffer, Outcome.error(str(exc), "harness_unavailable"))
-    work = asyncio.create_task(_run_in_workspace(job, harness, settings, cancel, buffer, sandbox))
+    found = Collected()  # filled from the workspace once the harness ended (docs/workers.md, "Artifacts")
+    work = asyncio.create_task(_run_in_workspace(job, harness, settings, cancel, buffer, sandbox, found))
     loop = asyncio.get_running_loop()
     next_heartbeat = loop.time() + settings.heartbeat_seconds
     shutdown = False
@@ -305,11 +334,18 @@ async def execute(
         )
     if shutdown and outcome.state == "CANCELLED" and not cancel_asked:
         outcome = Outcome.error(SHUTDOWN_MESSAGE, "resource_unavailable", retryable=True)
-    return await _finish(job, channel, buffer, outcome)
+    return await _finish(job, channel, buffer, outcome, found)
 
 
-async def _finish(job: Job, channel: RunChannel, buffer: LogBuffer, outcome: Outcome) -> Outcome | None:
+async def _finish(
+    job: Job, channel: RunChannel, buffer: LogBuffer, outcome: Outcome, artifacts: Collected | None = None
+) -> Outcome | None:
     try:
+        if artifacts is not None:
+            for note in artifacts.notes:
+                await buffer.add("system", note)
+            if artifacts:
+                await _send_artifacts(channel, buffer, artifacts)
         await _flush(channel, buffer)
         await channel.report(outcome)
     except LeaseLost:
@@ -343,6 +379,16 @@ async def _flush(channel: RunChannel, buffer: LogBuffer) -> None:
         buffer.put_back(lines)
 
 
+async def _send_artifacts(channel: RunChannel, buffer: LogBuffer, artifacts: Collected) -> None:
+    try:
+        await channel.send_artifacts(artifacts)
+    except LeaseLost:
+        raise
+    except Exception as exc:  # the run's outcome still counts: report it without its artifacts
+        log.warning("cannot upload the run's artifacts (%s)", exc)
+        await buffer.add("system", f"artifacts: the upload failed ({type(exc).__name__}: {exc})")
+
+
 async def _heartbeat(channel: RunChannel, run_id: str) -> HeartbeatReply:
     try:
         return await channel.heartbeat(start=False)
@@ -360,6 +406,7 @@ async def _run_in_workspace(
     cancel: asyncio.Event,
     buffer: LogBuffer,
     sandbox: Sandbox | None,
+    found: Collected,
 ) -> Outcome:
     on_output: OutputCallback = buffer.add
     try:
@@ -397,7 +444,13 @@ async def _run_in_workspace(
                 prepared = await _until_cancelled(runner, cancel)
                 if prepared is not None:
                     return _redacted(prepared, secrets)
-        return await harness.run(job, path, cancel=cancel, on_output=on_output, on_event=buffer.add_events)
+        outcome = await harness.run(job, path, cancel=cancel, on_output=on_output, on_event=buffer.add_events)
+        try:
+            collected = await asyncio.to_thread(collect, path)
+        except OSError as exc:
+            collected = Collected(notes=[f"artifacts: cannot read the run's outputs ({exc})"])
+        found.files, found.declared, found.notes = collected.files, collected.declared, collected.notes
+        return outcome
     finally:
         if not settings.keep_workspace:
             try:

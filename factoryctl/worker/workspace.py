@@ -9,6 +9,9 @@ Layout of ``<base>/<run_id>-<random>/``:
   run has MCP servers (mode 0600: resolved headers and env may hold secrets);
 - ``.factory/skills/<skill_name>/SKILL.md``: the run's skills (:func:`skill_text`), when it has any;
   the harness finds them through ``FACTORY_SKILLS_DIR``. Environment repositories are cloned beside it.
+- ``.factory/outputs/``: empty; what the agent writes there (``FACTORY_OUTPUTS``), and the links it
+  declares in ``.factory/artifacts.jsonl`` (``FACTORY_ARTIFACTS_FILE``), become the run's artifacts
+  (:mod:`factoryctl.worker.artifacts`).
 
 Beside it, ``<base>/<run_id>-<random>.home/`` is the run's agent home (:func:`agent_home`): an agent
 preset's ``HOME`` and its CLI's configuration and session files, outside the workspace so the agent's
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from factoryctl.worker import WorkspaceError
+from factoryctl.worker.artifacts import artifacts_file, outputs_dir
 from factoryctl.worker.job import Job
 
 PROMPT_FILE = "PROMPT.md"
@@ -129,6 +133,7 @@ def create_workspace(base_dir: Path, job: Job) -> Path:
             config = json.dumps(mcp_config(job.mcp_servers), indent=2, sort_keys=True)
             _write_new(path / MCP_CONFIG_FILE, config.encode(), mode=0o600)
         write_skills(path, job.skills)
+        outputs_dir(path).mkdir(parents=True)
     except BaseException as exc:
         remove_workspace(path)
         if isinstance(exc, OSError):
@@ -182,7 +187,8 @@ def run_environment(
 ) -> dict[str, str]:
     """The environment of a harness process: ``base``, then the job environment's env and secrets, then
     ``FACTORY_RUN_ID``, ``FACTORY_MODEL_ID`` (when ``model_id``), ``FACTORY_WORKSPACE``,
-    ``FACTORY_PROMPT_FILE`` and ``FACTORY_SKILLS_DIR`` (when the run has skills)."""
+    ``FACTORY_PROMPT_FILE``, ``FACTORY_OUTPUTS``, ``FACTORY_ARTIFACTS_FILE`` and ``FACTORY_SKILLS_DIR``
+    (when the run has skills)."""
     env = dict(base)
     env.update(job.environment_variables())
     for name in ("FACTORY_MODEL_ID", "FACTORY_SKILLS_DIR"):
@@ -192,6 +198,8 @@ def run_environment(
         env["FACTORY_MODEL_ID"] = model_id
     env["FACTORY_WORKSPACE"] = str(workspace)
     env["FACTORY_PROMPT_FILE"] = str(workspace / PROMPT_FILE)
+    env["FACTORY_OUTPUTS"] = str(outputs_dir(workspace))
+    env["FACTORY_ARTIFACTS_FILE"] = str(artifacts_file(workspace))
     if job.skills:
         env["FACTORY_SKILLS_DIR"] = str(workspace.joinpath(*SKILLS_DIR.split("/")))
     return env
