@@ -752,3 +752,19 @@ class GitHubConnection(Base):
     team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"), unique=True)
     secret_name: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[dt.datetime]
+
+
+# --- agent sessions (docs/agents.md, "Sessions and follow-ups") -----------------------------------
+
+
+class RunSessionState(Base):
+    """The agent CLI's session files of a run's latest attempt (a ``tar.gz`` the worker packed), encrypted
+    at rest with the secrets' key: a follow-up's worker restores them to resume the conversation. One row
+    per run, replaced by each attempt; deleted with the run."""
+
+    __tablename__ = "run_session_states"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True)
+    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
+    size: Mapped[int] = mapped_column(Integer)  # bytes of the archive before encryption
+    attempt: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[dt.datetime]

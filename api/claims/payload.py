@@ -6,12 +6,14 @@ Shape (read by :meth:`factoryctl.worker.job.Job.from_claim` from ``run``)::
              agent_config, model_id,
              attachments: [{file_name, mime_type, data (base64)}], followups: [{followup_id, mode}],
              attempt, worker_host, lease_expires_at, conversation_id, parent_run_id, metadata,
-             resume_session_id?},
+             resume_session_id?, resume_transcript?},
      "lease_seconds": 30, "lease_token": "..."}
 
 ``resume_session_id`` is the agent session an earlier attempt of the run recorded, for the preset to
-resume (a follow-up that re-queued a finished run); absent otherwise. The run's harness (type,
-``model_id``, ``reasoning_level``, auth) is ``agent_config.harness``.
+resume (a follow-up that re-queued a finished run); absent otherwise. With it, ``resume_transcript``
+summarises the earlier conversation for a worker that cannot restore the session
+(:func:`transcript_summary`). The run's harness (type, ``model_id``, ``reasoning_level``, auth) is
+``agent_config.harness``.
 
 ``lease_token`` is the claim's own token: the worker presents it on every call for the run
 (docs/workers.md, "Leases").
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -61,10 +64,13 @@ from api.runs.skills import SkillResolver, SkillUnavailable
 from api.runs.states import LEASED, IllegalTransition
 from store import NotFound
 from store.clock import Clock, rfc3339
-from store.models import Environment, Run, RunAttachment, RunFollowup
+from store.models import Environment, Run, RunAttachment, RunEvent, RunFollowup
 from store.secrets import mcp_secret_refs
 
 MCP_SERVER_UNAVAILABLE = "mcp_server_unavailable"
+SUMMARY_CHARS = 16_000  # of a follow-up's earlier conversation in the claim (resume_transcript)
+SUMMARY_EVENTS = 2_000
+SUMMARY_TOOL_INPUT_CHARS = 300
 
 
 def followup_json(row: RunFollowup) -> dict[str, Any]:
@@ -125,9 +131,38 @@ async def claim_payload(
     body.update(await definition_payload(session, run, config))
     if resume := resume_session(run):
         body["resume_session_id"] = resume
+        body["resume_transcript"] = await transcript_summary(session, run.run_id)
     if refs := run_secret_refs(config):  # the names the worker asks values for: computed here, once
         body["secret_refs"] = refs
     return {"run": body, "lease_seconds": lease_seconds, "lease_token": run.lease_token}
+
+
+async def transcript_summary(session: AsyncSession, run_id: str, limit: int = SUMMARY_CHARS) -> str:
+    """The run's earlier conversation as text (its ``message`` and ``tool_call`` events, the newest that
+    fit in ``limit`` characters): what a follow-up's agent is told when the CLI's session cannot be
+    restored (docs/agents.md, "Sessions and follow-ups")."""
+    rows = (
+        await session.execute(
+            select(RunEvent.kind, RunEvent.data)
+            .where(RunEvent.run_id == run_id, RunEvent.kind.in_(("message", "tool_call")))
+            .order_by(RunEvent.id.desc())
+            .limit(SUMMARY_EVENTS)
+        )
+    ).all()
+    lines: list[str] = []
+    size = 0
+    for kind, data in rows:  # newest first: keep the end of the conversation
+        data = data if isinstance(data, dict) else {}
+        if kind == "message":
+            line = f"{data.get('role', 'assistant')}: {str(data.get('text', '')).strip()}"
+        else:
+            arguments = json.dumps(data.get("input"), ensure_ascii=False, default=str)
+            line = f"tool call {data.get('name')}: {arguments[:SUMMARY_TOOL_INPUT_CHARS]}"
+        if size + len(line) + 1 > limit:
+            break
+        lines.append(line)
+        size += len(line) + 1
+    return "\n".join(reversed(lines))
 
 
 def resume_session(run: Run) -> str | None:

@@ -23,7 +23,7 @@ from aiohttp import web
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.claims import queue, run_logs, transcript
+from api.claims import queue, run_logs, session_state, transcript
 from api.claims.errors import LeaseRefused, NotLeaseHolder
 from api.claims.payload import claim_payload, complete_claim, followup_json, run_secret_names
 from api.context import BOX, CLOCK, SESSIONS, SETTINGS
@@ -222,6 +222,34 @@ class WorkerProtocol:
             )
         self.committed()
         return count
+
+    async def save_session_state(self, run_id: str, holder: Holder, archive: bytes) -> int:
+        """Keep the agent CLI's session files of this attempt (a ``tar.gz``), encrypted, for a follow-up
+        (:mod:`api.claims.session_state`); its size. Over the cap:
+        :class:`~api.claims.session_state.SessionStateTooLarge`."""
+        async with self.sessions() as session, session.begin():
+            return await session_state.save_state(
+                session,
+                self.clock,
+                self.box,
+                run_id,
+                archive,
+                owner=holder.owner,
+                lease_token=holder.lease_token,
+                team_id=holder.team_id,
+            )
+
+    async def load_session_state(self, run_id: str, holder: Holder) -> bytes | None:
+        """The session files an earlier attempt saved (None: none), to the lease holder only."""
+        async with self.sessions() as session, session.begin():
+            return await session_state.load_state(
+                session,
+                self.box,
+                run_id,
+                owner=holder.owner,
+                lease_token=holder.lease_token,
+                team_id=holder.team_id,
+            )
 
     async def secrets(self, run_id: str, holder: Holder) -> secret_store.RunSecrets:
         """The secrets the run references, to the holder of its lease only (:func:`run_secrets`)."""

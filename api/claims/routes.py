@@ -12,6 +12,10 @@
 - ``POST /workers/runs/{id}/events`` ``{events: [{kind, data}], worker_id?, lease_token}`` appends the
   agent's transcript (``message``, ``tool_call``, ``tool_result``, ``usage``, ``session``; bounded, 422
   otherwise: :mod:`api.claims.transcript`) to the run's event stream; answers ``{accepted}``.
+- ``PUT /workers/runs/{id}/session-state`` (body: the agent CLI's session files as ``application/gzip``,
+  at most 4 MiB, 413 over; headers ``X-Factory-Lease-Token``, ``X-Factory-Worker-Id``) keeps them encrypted
+  for a follow-up; ``GET`` the same path answers them (``404`` when no attempt saved any). Lease holder
+  only, never logged (:mod:`api.claims.session_state`).
 - ``POST /workers/runs/{id}/secrets`` ``{worker_id?, lease_token}`` answers ``{secrets: {NAME: value}}``: the
   current values of the team secrets *this run* references (computed from the stored run, never
   from the request), to the lease holder only, while the run is CLAIMED or INPROGRESS. Only
@@ -36,10 +40,10 @@ import asyncio
 from aiohttp import web
 from sqlalchemy import select
 
-from api import NotAuthorized, ValidationFailed
+from api import NotAuthorized, PayloadTooLarge, ValidationFailed
 from api.auth import principal, require_worker_host
-from api.claims import bodies, transcript
-from api.claims.protocol import WorkerProtocol
+from api.claims import bodies, session_state, transcript
+from api.claims.protocol import Holder, WorkerProtocol
 from api.context import SETTINGS, sessions
 from api.http.bodies import SMALL_BODY_BYTES, field_error, read_json_object
 from api.http.paths import API_V1
@@ -152,6 +156,46 @@ async def events_route(request: web.Request) -> web.Response:
     return web.json_response({"run_id": run_id, "accepted": count})
 
 
+LEASE_TOKEN_HEADER = "X-Factory-Lease-Token"  # noqa: S105 - a header name
+WORKER_ID_HEADER = "X-Factory-Worker-Id"
+
+
+def _header_holder(request: web.Request, who: Principal) -> Holder:
+    """The holder named by a binary call's headers (its body is not JSON)."""
+    fields = {"lease_token": request.headers.get(LEASE_TOKEN_HEADER)}
+    if WORKER_ID_HEADER in request.headers:
+        fields["worker_id"] = request.headers[WORKER_ID_HEADER]
+    return bodies.holder(who, {k: v for k, v in fields.items() if v is not None})
+
+
+async def put_session_state_route(request: web.Request) -> web.Response:
+    run_id = request.match_info["run_id"]
+    who = await _authorize_for_run(request, run_id)
+    limit = session_state.MAX_SESSION_STATE_BYTES
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"the session state exceeds {limit} bytes")
+    archive = await request.content.read(limit + 1)
+    if len(archive) > limit:
+        raise PayloadTooLarge(f"the session state exceeds {limit} bytes")
+    if not archive:
+        raise ValidationFailed("the body must be the session state (a tar.gz)", errors=[])
+    size = await WorkerProtocol.of(request.app).save_session_state(
+        run_id, _header_holder(request, who), archive
+    )
+    return web.json_response({"run_id": run_id, "size": size})
+
+
+async def get_session_state_route(request: web.Request) -> web.Response:
+    run_id = request.match_info["run_id"]
+    who = await _authorize_for_run(request, run_id)
+    archive = await WorkerProtocol.of(request.app).load_session_state(run_id, _header_holder(request, who))
+    if archive is None:
+        raise NotFound(f"run {run_id} has no saved session state")
+    return web.Response(
+        body=archive, content_type="application/gzip", headers={"Cache-Control": "no-store"}
+    )
+
+
 async def secrets_route(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     who = await _authorize_for_run(request, run_id)
@@ -167,3 +211,5 @@ def setup(app: web.Application) -> None:
     app.router.add_post(PREFIX + "/runs/{run_id}/logs", logs_route)
     app.router.add_post(PREFIX + "/runs/{run_id}/events", events_route)
     app.router.add_post(PREFIX + "/runs/{run_id}/secrets", secrets_route)
+    app.router.add_put(PREFIX + "/runs/{run_id}/session-state", put_session_state_route)
+    app.router.add_get(PREFIX + "/runs/{run_id}/session-state", get_session_state_route)
