@@ -63,6 +63,8 @@ class RequestSpec(Generic[T_co]):
     params: Sequence[tuple[str, str]] = ()
     json: Any = NO_BODY
     files: Sequence[tuple[str, tuple[str, bytes, str]]] = ()  # multipart parts: (field, (name, data, type))
+    content: bytes | None = None  # a binary body (with its Content-Type in ``headers``)
+    headers: Mapping[str, str] = field(default_factory=dict)  # this call's own headers
     idempotent: bool | None = None  # None: by method (GET/HEAD/OPTIONS)
     timeout: float | None = None  # read timeout for this call (long polls), else the client's
     retries: int | None = None  # extra attempts for this call; None: the client's max_retries
@@ -156,8 +158,8 @@ def build_request(
         timeout = httpx.Timeout(
             connect=timeout.connect, read=spec.timeout, write=timeout.write, pool=timeout.pool
         )
-    content = None
-    headers = dict(options.headers)
+    headers = {**options.headers, **spec.headers}
+    content = spec.content
     if spec.json is not NO_BODY:
         content = json_content(spec.json)
         headers["Content-Type"] = "application/json"

@@ -32,6 +32,9 @@ from acting twice. What differs per call is how often repeating is worth it (``r
 - ``send_events``: like ``append_logs`` (:data:`LOG_RETRIES`, at least once); a caller cuts events with
   :func:`event_batches`, which also bounds each (:func:`bounded_event`).
 - ``secrets``: :data:`SECRETS_RETRIES`: read-only, computed from the stored run.
+- ``save_session_state`` / ``load_session_state``: :data:`SECRETS_RETRIES`: a save replaces the run's one
+  stored state, so repeating it stores the same bytes again; a load is read-only. 404 on a load means no
+  attempt saved any (:func:`load_run_session_state` answers None).
 
 What is retried is the client's policy (:mod:`factoryctl.client._transport`): connection errors,
 lost answers, ``408``/``429``/``503`` and other 5xx. ``401``/``403`` (a wrong or revoked key) and
@@ -321,6 +324,59 @@ def run_secrets(
     )
 
 
+LEASE_TOKEN_HEADER = "X-Factory-Lease-Token"  # noqa: S105 - a header name
+WORKER_ID_HEADER = "X-Factory-Worker-Id"
+
+
+def _holder_headers(worker_id: str | None, lease_token: str | None) -> dict[str, str]:
+    headers = {LEASE_TOKEN_HEADER: lease_token} if lease_token is not None else {}
+    if worker_id is not None:
+        headers[WORKER_ID_HEADER] = worker_id
+    return headers
+
+
+def _size(response: httpx.Response) -> int:
+    value = response.json().get("size")
+    if not isinstance(value, int):
+        raise TypeError("expected 'size' to be an integer")
+    return value
+
+
+def save_run_session_state(
+    run_id: str, archive: bytes, *, worker_id: str | None = None, lease_token: str | None = None
+) -> RequestSpec[int]:
+    """Keep the agent CLI's session files of this attempt (a ``tar.gz``) on the server, encrypted, for the
+    attempt that resumes the conversation (docs/agents.md, "Sessions and follow-ups"); answers the size."""
+    return RequestSpec(
+        "PUT",
+        path(f"{V1}/workers/runs/{{}}/session-state", run_id),
+        _size,
+        content=archive,
+        headers={"Content-Type": "application/gzip", **_holder_headers(worker_id, lease_token)},
+        idempotent=True,  # replaces the one stored state
+        retries=SECRETS_RETRIES,
+    )
+
+
+def _archive(response: httpx.Response) -> bytes:
+    return response.content
+
+
+def load_run_session_state(
+    run_id: str, *, worker_id: str | None = None, lease_token: str | None = None
+) -> RequestSpec[bytes]:
+    """The session files an earlier attempt saved; :class:`~factoryctl.client.errors.NotFoundError` when
+    none was (or the run is gone: the caller's lease tells which)."""
+    return RequestSpec(
+        "GET",
+        path(f"{V1}/workers/runs/{{}}/session-state", run_id),
+        _archive,
+        headers={"Accept": "application/gzip", **_holder_headers(worker_id, lease_token)},
+        idempotent=True,
+        retries=SECRETS_RETRIES,
+    )
+
+
 def conflict_run_state(exc: ConflictError) -> str | None:
     """The run's state named by a worker call's 409, if it names one.
 
@@ -370,3 +426,5 @@ class Workers(Resource[Mode]):
     send_events = endpoint(send_run_events)
     secrets = endpoint(run_secrets)
     upload_artifacts = endpoint(upload_run_artifacts)
+    save_session_state = endpoint(save_run_session_state)
+    load_session_state = endpoint(load_run_session_state)

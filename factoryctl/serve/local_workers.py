@@ -110,6 +110,15 @@ class StoreChannel:
             with _lease_lost():
                 await self.protocol.append_events(self.run_id, self.holder, batch)
 
+    async def save_session_state(self, archive: bytes) -> None:
+        """Keep the agent CLI's session files for a follow-up (encrypted in the store)."""
+        with _lease_lost():
+            await self.protocol.save_session_state(self.run_id, self.holder, archive)
+
+    async def load_session_state(self) -> bytes | None:
+        with _lease_lost():
+            return await self.protocol.load_session_state(self.run_id, self.holder)
+
     async def send_artifacts(self, artifacts: Collected) -> None:
         """The run's artifacts through the same checks as the HTTP route (:mod:`api.claims.artifacts`)."""
         files = [NewFile(f.filepath, f.mime_type, f.data) for f in artifacts.files]

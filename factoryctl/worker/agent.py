@@ -42,6 +42,7 @@ from factoryctl.client import (
     AsyncFactoryClient,
     Claim,
     ConflictError,
+    NotFoundError,
     retry_delay,
 )
 from factoryctl.client.worker_resources import RETRY_FOREVER, conflict_run_state, event_batches, log_batches
@@ -341,6 +342,28 @@ class HttpChannel:
                     self.run_id, batch, worker_id=self.worker.worker_id, lease_token=self.lease_token
                 ),
             )
+
+    async def save_session_state(self, archive: bytes) -> None:
+        """Keep the agent CLI's session files on the server for a follow-up (never logged)."""
+        await self.worker.call_for_run(
+            self.run_id,
+            self.worker.api.workers.save_session_state(
+                self.run_id, archive, worker_id=self.worker.worker_id, lease_token=self.lease_token
+            ),
+        )
+
+    async def load_session_state(self) -> bytes | None:
+        """The session files an earlier attempt saved; None when none was (404)."""
+        try:
+            return await self.worker.api.workers.load_session_state(
+                self.run_id, worker_id=self.worker.worker_id, lease_token=self.lease_token
+            )
+        except NotFoundError:
+            return None
+        except APIStatusError as exc:
+            if exc.status_code in LEASE_GONE:
+                raise LeaseLost(str(exc)) from exc
+            raise
 
     async def send_artifacts(self, artifacts: Collected) -> None:
         """The declared links with the first request, then one request per file (each under the

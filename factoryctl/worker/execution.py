@@ -100,6 +100,12 @@ class RunChannel(Protocol):
     async def report(self, outcome: Outcome) -> None:
         """Report the final state; raises :class:`LeaseLost` when the server refuses it."""
 
+    async def save_session_state(self, archive: bytes) -> None:
+        """Keep an agent preset's session files (a ``tar.gz``) for a follow-up; raises :class:`LeaseLost`."""
+
+    async def load_session_state(self) -> bytes | None:
+        """The session files an earlier attempt saved (None: none); raises :class:`LeaseLost`."""
+
     async def send_artifacts(self, artifacts: Collected) -> None:
         """Upload the run's artifacts (:mod:`factoryctl.worker.artifacts`) before its report; raises
         :class:`LeaseLost`."""
@@ -153,6 +159,12 @@ class MaskingChannel:
 
     async def report(self, outcome: Outcome) -> None:
         await self.channel.report(_redacted(outcome, self.secrets))
+
+    async def save_session_state(self, archive: bytes) -> None:
+        await self.channel.save_session_state(archive)
+
+    async def load_session_state(self) -> bytes | None:
+        return await self.channel.load_session_state()
 
     async def send_artifacts(self, artifacts: Collected) -> None:
         """Declared links masked like lines; a file's bytes masked when they are UTF-8 text (a binary
@@ -286,7 +298,9 @@ async def execute(
     except WorkerError as exc:
         return await _finish(job, channel, buffer, Outcome.error(str(exc), "harness_unavailable"))
     found = Collected()  # filled from the workspace once the harness ended (docs/workers.md, "Artifacts")
-    work = asyncio.create_task(_run_in_workspace(job, harness, settings, cancel, buffer, sandbox, found))
+    work = asyncio.create_task(
+        _run_in_workspace(job, harness, settings, cancel, buffer, sandbox, found, sessions=channel)
+    )
     loop = asyncio.get_running_loop()
     next_heartbeat = loop.time() + settings.heartbeat_seconds
     shutdown = False
@@ -407,6 +421,8 @@ async def _run_in_workspace(
     buffer: LogBuffer,
     sandbox: Sandbox | None,
     found: Collected,
+    *,
+    sessions: RunChannel | None = None,
 ) -> Outcome:
     on_output: OutputCallback = buffer.add
     try:
@@ -444,7 +460,14 @@ async def _run_in_workspace(
                 prepared = await _until_cancelled(runner, cancel)
                 if prepared is not None:
                     return _redacted(prepared, secrets)
-        outcome = await harness.run(job, path, cancel=cancel, on_output=on_output, on_event=buffer.add_events)
+        if isinstance(harness, PresetHarness):  # its CLI's session travels between attempts (the server)
+            outcome = await harness.run(
+                job, path, cancel=cancel, on_output=on_output, on_event=buffer.add_events, sessions=sessions
+            )
+        else:
+            outcome = await harness.run(
+                job, path, cancel=cancel, on_output=on_output, on_event=buffer.add_events
+            )
         try:
             collected = await asyncio.to_thread(collect, path)
         except OSError as exc:

@@ -23,6 +23,7 @@ Claim payload read by :meth:`Job.from_claim` (unknown keys are ignored)::
       "runner": {"name", "setup_commands": [str], "instance_shape"?, "platform"?, "error"?},
       "skills": [{"name", "skill_name", "description", "body", "front_matter"}],
       "resume_session_id": "..."                 # a follow-up: the agent session to continue
+      "resume_transcript": "..."                 # with it: the earlier conversation, summarised
     }
 
 A skill's ``skill_name`` becomes a directory name in the workspace, so anything but a plain path segment
@@ -94,6 +95,7 @@ class Job:
     runner: dict[str, Any] | None = None
     skills: list[dict[str, Any]] = field(default_factory=list)
     resume_session_id: str | None = None  # a follow-up: the agent session (a preset's) to continue
+    resume_transcript: str | None = None  # its earlier conversation, bounded: a fresh session's context
     run_secrets: dict[str, str] = field(default_factory=dict, repr=False)  # the config's own, by variable
     # resolved secret values beyond the environment's (MCP env/headers); never in a repr
     redacted: tuple[str, ...] = field(default=(), repr=False)
@@ -139,6 +141,7 @@ class Job:
             runner=parse_runner(payload["runner"]) if payload.get("runner") is not None else None,
             skills=[parse_skill(s, i) for i, s in enumerate(_list(payload.get("skills"), "skills"))],
             resume_session_id=_optional_str(payload.get("resume_session_id"), "resume_session_id") or None,
+            resume_transcript=_optional_str(payload.get("resume_transcript"), "resume_transcript") or None,
             run_secrets=_string_map(payload.get("run_secrets"), "run_secrets"),
             redacted=tuple(redacted),
         )

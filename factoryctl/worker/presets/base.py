@@ -21,7 +21,7 @@ kind            data
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -128,3 +128,12 @@ class Preset(Protocol):
     def invocation(self, job: Job, executable: str, context: Context) -> Invocation: ...
 
     def parser(self) -> StreamParser: ...
+
+    def session_paths(self) -> tuple[str, ...]:
+        """Where the CLI keeps its sessions, relative to the agent home (files or directories): the worker
+        saves them after each attempt for a follow-up (docs/agents.md, "Sessions and follow-ups")."""
+
+    def session_moves(self, files: Sequence[str], context: Context) -> dict[str, str]:
+        """How restored session files (relative to the agent home) must be renamed for ``context``'s new
+        workspace, since the CLIs file sessions under a name derived from the working directory;
+        ``{old: new}``, only the files that move."""

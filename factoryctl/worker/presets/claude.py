@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from factoryctl.worker.job import Job
@@ -26,6 +26,8 @@ from factoryctl.worker.resolve import env_var_name
 from factoryctl.worker.workspace import mcp_config, skill_text
 
 CONFIG_DIR = ".claude"  # CLAUDE_CONFIG_DIR, under the agent home: settings, sessions, skills
+PROJECTS_DIR = "projects"  # under CONFIG_DIR: <project>/<session id>.jsonl
+PROJECT_NAME_MAX = 200
 MCP_FILE = "factory-mcp.json"  # under the agent home; given with --mcp-config
 # Claude Code's own switches for everything besides the model requests: no telemetry, error reports,
 # update checks or reachability probes (offline, it then calls nothing but POST /v1/messages).
@@ -93,6 +95,29 @@ class ClaudePreset:
 
     def parser(self) -> ClaudeParser:
         return ClaudeParser()
+
+    def session_paths(self) -> tuple[str, ...]:
+        """``CLAUDE_CONFIG_DIR/projects/<project>/<session>.jsonl``."""
+        return (f"{CONFIG_DIR}/{PROJECTS_DIR}",)
+
+    def session_moves(self, files: Sequence[str], context: Context) -> dict[str, str]:
+        """Each project's files into the new workspace's project directory (:func:`project_dir`)."""
+        target = project_dir(str(context.workspace))
+        if target is None:
+            return {}
+        moves: dict[str, str] = {}
+        for name in files:
+            parts = name.split("/")
+            if len(parts) >= 4 and parts[:2] == [CONFIG_DIR, PROJECTS_DIR] and parts[2] != target:
+                moves[name] = "/".join([CONFIG_DIR, PROJECTS_DIR, target, *parts[3:]])
+        return moves
+
+
+def project_dir(cwd: str) -> str | None:
+    """The directory Claude Code files a working directory's sessions under: every character but ASCII
+    letters and digits becomes ``-``; None past 200 characters (the CLI then appends a hash of its own)."""
+    name = re.sub(r"[^a-zA-Z0-9]", "-", cwd)
+    return name if len(name) <= PROJECT_NAME_MAX else None
 
 
 def _auth_secret(config: Mapping[str, Any], env: Mapping[str, str]) -> str | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from factoryctl.worker.job import Job
@@ -75,6 +75,14 @@ class CodexPreset:
 
     def parser(self) -> CodexParser:
         return CodexParser()
+
+    def session_paths(self) -> tuple[str, ...]:
+        """``CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<thread>.jsonl``."""
+        return (f"{CODEX_HOME}/sessions",)
+
+    def session_moves(self, files: Sequence[str], context: Context) -> dict[str, str]:
+        """None: ``codex exec resume`` finds a thread's rollout by its id, whatever the directory."""
+        return {}
 
 
 def _harness(job: Job) -> Mapping[str, Any]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from factoryctl.worker.job import Job
@@ -33,6 +33,7 @@ from factoryctl.worker.resolve import env_var_name
 from factoryctl.worker.workspace import mcp_config, skill_text
 
 CONFIG_DIR = ".gemini"  # under HOME, the run's agent home: settings, sessions, skills
+TMP_DIR = "tmp"  # under CONFIG_DIR: <project>/chats/ holds the sessions
 KEY_VARIABLE = "GEMINI_API_KEY"
 BASE_URL_VARIABLE = "GOOGLE_GEMINI_BASE_URL"
 AUTH_TYPE = "gemini-api-key"
@@ -76,6 +77,29 @@ class GeminiPreset:
 
     def parser(self) -> GeminiParser:
         return GeminiParser()
+
+    def session_paths(self) -> tuple[str, ...]:
+        """``HOME/.gemini/tmp/<project>/chats/session-<time>-<id>.jsonl``."""
+        return (f"{CONFIG_DIR}/{TMP_DIR}",)
+
+    def session_moves(self, files: Sequence[str], context: Context) -> dict[str, str]:
+        """Each project's ``chats/`` into the new workspace's project (:func:`project_slug`): the CLI
+        resumes only sessions of the project of its working directory."""
+        target = project_slug(context.workspace.name)
+        moves: dict[str, str] = {}
+        for name in files:
+            parts = name.split("/")
+            chat = len(parts) >= 5 and parts[:2] == [CONFIG_DIR, TMP_DIR] and parts[3] == "chats"
+            if chat and parts[2] != target:
+                moves[name] = "/".join([CONFIG_DIR, TMP_DIR, target, *parts[3:]])
+        return moves
+
+
+def project_slug(directory_name: str) -> str:
+    """The project a fresh agent home gives a working directory: its name lower-cased, every run of other
+    characters than ``a-z0-9`` one ``-``, trimmed (``project`` when nothing is left)."""
+    slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", directory_name.lower())).strip("-")
+    return slug or "project"
 
 
 def settings(job: Job) -> dict[str, Any]:

@@ -35,11 +35,22 @@ import logging
 import os
 import shutil
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
+from typing import Protocol
 
-from factoryctl.worker.errors import WorkspaceError
+from factoryctl.worker.errors import LeaseLost, WorkspaceError
 from factoryctl.worker.job import Job, Outcome, redact, redact_data
-from factoryctl.worker.presets.base import AgentEvent, Context, Preset, StreamParser, Verdict
+from factoryctl.worker.presets import sessions as session_files
+from factoryctl.worker.presets.base import (
+    AgentEvent,
+    Context,
+    Invocation,
+    Preset,
+    StreamParser,
+    Verdict,
+    message,
+)
 from factoryctl.worker.processes import (
     STDERR_TAIL_CHARS,
     OutputCallback,
@@ -119,7 +130,12 @@ class PresetHarness:
         cancel: asyncio.Event,
         on_output: OutputCallback | None = None,
         on_event: EventSink | None = None,
+        sessions: SessionStore | None = None,
     ) -> Outcome:
+        """Run the CLI for ``job`` in ``workspace``. ``sessions``: where the CLI's session files are kept
+        between attempts (the run's channel): restored before a follow-up resumes, saved after the CLI
+        ends (docs/agents.md, "Sessions and follow-ups"); None leaves the agent home's sessions to the
+        caller (the resume is attempted as it is)."""
         if cancel.is_set():
             return Outcome.cancelled()
         secrets = frozenset(job.secret_values())
@@ -128,11 +144,39 @@ class PresetHarness:
         skills = workspace.joinpath(*SKILLS_DIR.split("/")) if job.skills else None
         context = Context(workspace, home, resume=job.resume_session_id, skills_dir=skills, env=env)
         try:
+            restoring = bool(context.resume) and sessions is not None
+            archive = await self._saved_state(job, sessions) if restoring else None
             invocation = self.preset.invocation(job, self.executable, context)
             await asyncio.to_thread(prepare_home, home, invocation.files)
+            if restoring:
+                problem = await asyncio.to_thread(self._restore, archive, context)
+                if problem is not None:
+                    job = replace(job, resume_session_id=None, prompt=fresh_prompt(job))
+                    context = replace(context, resume=None)
+                    invocation = self.preset.invocation(job, self.executable, context)
+                    await asyncio.to_thread(prepare_home, home, invocation.files)
+                    await self._announce(job, problem, on_event)
         except (ValueError, OSError, WorkspaceError) as exc:
             message = redact(f"cannot prepare the {self.preset.name} agent: {exc}", secrets)
             return Outcome.error(message, "harness_start_failed")
+        try:
+            return await self._run_cli(job, workspace, home, env, invocation, cancel, on_output, on_event)
+        finally:
+            if sessions is not None:
+                await self._save_state(job, home, sessions)
+
+    async def _run_cli(
+        self,
+        job: Job,
+        workspace: Path,
+        home: Path,
+        env: Mapping[str, str],
+        invocation: Invocation,
+        cancel: asyncio.Event,
+        on_output: OutputCallback | None,
+        on_event: EventSink | None,
+    ) -> Outcome:
+        secrets = frozenset(job.secret_values())
         parser = self.preset.parser()
         tail = OutputTail(STDERR_TAIL_CHARS, secrets)
         router = _Router(parser, secrets, on_output, on_event)
@@ -161,6 +205,67 @@ class PresetHarness:
         if end.how == "timeout":
             return Outcome.failed(f"harness timed out after {timeout:g}s", "timeout")
         return verdict_outcome(_verdict(parser), end.returncode or 0, tail, secrets)
+
+    async def _saved_state(self, job: Job, sessions: SessionStore | None) -> bytes | None:
+        """The session files an earlier attempt saved (None: none, or the server could not say)."""
+        if sessions is None:
+            return None
+        try:
+            return await sessions.load_session_state()
+        except LeaseLost:
+            raise
+        except Exception as exc:  # the conversation still goes on, from its summary
+            log.warning("run %s: cannot read the saved agent session: %s", job.run_id, exc)
+            return None
+
+    def _restore(self, archive: bytes | None, context: Context) -> str | None:
+        """Unpack ``archive`` into the fresh agent home and rename what the CLI files under the workspace's
+        name; why the session cannot be restored, or None when it was."""
+        if archive is None:
+            return "no saved session state"
+        try:
+            files = session_files.unpack(archive, context.home)
+            session_files.move(context.home, self.preset.session_moves(files, context))
+        except (session_files.SessionStateError, OSError) as exc:
+            return str(exc)
+        return None
+
+    async def _announce(self, job: Job, problem: str, on_event: EventSink | None) -> None:
+        text = f"The {self.preset.name} session could not be restored ({problem}); a new session starts "
+        text += "with a summary of the earlier conversation."
+        log.warning("run %s: %s", job.run_id, text)
+        if on_event is not None:
+            await on_event([message(text, role="system")])
+
+    async def _save_state(self, job: Job, home: Path, sessions: SessionStore) -> None:
+        """Pack and send the CLI's session files; a failure only costs the follow-up its restore."""
+        try:
+            archive = await asyncio.to_thread(session_files.pack, home, self.preset.session_paths())
+            if archive is not None:
+                await sessions.save_session_state(archive)
+        except LeaseLost:
+            log.info("run %s: the agent session was not saved: the lease is gone", job.run_id)
+        except Exception as exc:
+            log.warning("run %s: cannot save the agent session: %s", job.run_id, exc)
+
+
+def fresh_prompt(job: Job) -> str:
+    """A follow-up's prompt for a new session: the earlier conversation's summary, then the prompt."""
+    summary = (job.resume_transcript or "").strip()
+    if not summary:
+        return job.prompt
+    return (
+        "## Earlier conversation\n\nThis continues an earlier conversation whose session could not be "
+        f"restored. What was said and done so far:\n\n{summary}\n\n## Now\n\n{job.prompt}"
+    )
+
+
+class SessionStore(Protocol):
+    """Where a run's agent session files are kept between attempts (its channel)."""
+
+    async def save_session_state(self, archive: bytes) -> None: ...
+
+    async def load_session_state(self) -> bytes | None: ...
 
 
 def verdict_outcome(verdict: Verdict | None, code: int, tail: OutputTail, secrets: Iterable[str]) -> Outcome:
