@@ -3,7 +3,10 @@ their output line by line with secrets masked.
 
 A run-controlled process starts in its own process group (:func:`factoryctl.worker.sandbox.start_process`);
 on cancel or timeout the whole group is stopped (SIGTERM, then SIGKILL after a grace period), so no tool
-the agent started outlives the run.
+the agent started outlives the run. Some agents start their tools in a session (and so a process group) of
+their own (Gemini CLI's shell commands): the groups of every descendant of the process, collected from
+``/proc`` before the first signal while they are still its descendants, are stopped with it
+(:func:`terminate_process_tree`; docs/workers.md, "Harnesses").
 """
 
 from __future__ import annotations
@@ -84,14 +87,15 @@ async def run_process(
     stopped = False
     try:
         ended = await first_event(proc, cancel, timeout_seconds, pumps)
-        await terminate_process_group(proc.pid, grace_seconds=grace_seconds)
+        await terminate_process_tree(proc.pid, grace_seconds=grace_seconds)
         stopped = True
         done, _ = await asyncio.wait(pumps, timeout=grace_seconds)
         for task in done:
             task.result()
     finally:
         if not stopped:
-            signal_process_group(proc.pid, signal.SIGKILL)
+            for group in {proc.pid, *descendant_groups(proc.pid)}:
+                signal_process_group(group, signal.SIGKILL)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -158,6 +162,59 @@ async def terminate_process_group(pgid: int, *, grace_seconds: float, poll_secon
         if not process_group_alive(pgid):
             return
         await asyncio.sleep(poll_seconds)
+
+
+def _process_table() -> dict[int, tuple[int, int]]:
+    """``pid -> (ppid, pgrp)`` of every live process (zombies left out)."""
+    table: dict[int, tuple[int, int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return table
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # state ppid pgrp ...
+        if len(fields) > 2 and fields[0] not in ("Z", "X"):
+            table[int(entry)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def descendant_groups(pid: int) -> set[int]:
+    """The process groups of ``pid``'s descendants (children, their children ...), its own left out when
+    they share it: the groups a tool started in a session of its own lives in."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for child, (parent, _group) in table.items():
+        children.setdefault(parent, []).append(child)
+    groups: set[int] = set()
+    pending = list(children.get(pid, ()))
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        groups.add(table[current][1])
+        pending.extend(children.get(current, ()))
+    groups.discard(pid)
+    groups.discard(os.getpgrp())  # never this worker's own group
+    return groups
+
+
+async def terminate_process_tree(pid: int, *, grace_seconds: float, poll_seconds: float = 0.02) -> None:
+    """:func:`terminate_process_group` for ``pid``'s group and every group its descendants run in, found
+    before the first signal (once the process ends, its children are re-parented and cannot be told from
+    anyone else's)."""
+    groups = {pid, *descendant_groups(pid)}
+    await asyncio.gather(
+        *(terminate_process_group(g, grace_seconds=grace_seconds, poll_seconds=poll_seconds) for g in groups)
+    )
 
 
 async def pump_lines(
