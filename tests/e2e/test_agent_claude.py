@@ -14,9 +14,11 @@ Skipped, saying so, when the CLI is not installed (``npm ci``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from agents.anthropic_server import (
     transcript_text,
 )
 from agents.scripted import Failure, Script, ScriptedServer, Text, ToolCall
-from serve_support import Served, run_cli, running, serving, wait_for
+from serve_support import Served, run_cli, running, serving, stop, wait_for
 
 from factoryctl.client import FactoryClient
 from factoryctl.worker.job import Job
@@ -309,10 +311,26 @@ class Stack:
     alive: list[subprocess.Popen[bytes]]
     hook: str
     seen: set[str]
+    workers: contextlib.ExitStack | None = None
+    worker_args: tuple[Any, ...] = ()
+    worker_env: dict[str, str] | None = None
 
     @property
     def logs(self) -> list[Path]:
         return [self.served.log, self.worker_log]
+
+    def restart_worker(self, workspace_root: Path) -> None:
+        """Stop the worker process and start another one (its own worker ID) with ``workspace_root``."""
+        assert self.workers is not None
+        old = self.alive.pop()
+        assert stop(old) == 0
+        new = self.workers.enter_context(
+            running(
+                "worker", *self.worker_args, "--workspace-root", workspace_root,
+                log=self.worker_log, env=self.worker_env,
+            )
+        )  # fmt: skip
+        self.alive.append(new)
 
     def deliver(self, delivery: str) -> str:
         """Deliver an alert; the id of the run it started."""
@@ -374,10 +392,10 @@ def stack(tmp_path: Path, script: Script) -> Iterator[Stack]:
             "ANTHROPIC_API_KEY": "sk-ant-api-scripted",
         }
         worker_log = tmp_path / "worker.log"
-        args = ("--server", served.url, "--host-id", HOST, "--sandbox", "none", "--harness", "claude")
-        with running(
-            "worker", *args, "--agent-cli", f"claude={cli}", log=worker_log, env=worker_env
-        ) as worker:
+        args = ("--server", served.url, "--host-id", HOST, "--sandbox", "none", "--harness", "claude",
+                "--agent-cli", f"claude={cli}")  # fmt: skip
+        with contextlib.ExitStack() as workers:
+            worker = workers.enter_context(running("worker", *args, log=worker_log, env=worker_env))
             alive = [served.proc, worker]
 
             def hook_uid() -> str | None:
@@ -389,7 +407,7 @@ def stack(tmp_path: Path, script: Script) -> Iterator[Stack]:
                 return str(detail.webhooks[0].uid)
 
             hook = wait_for(hook_uid, 30, "the tree to apply", alive=alive, logs=[served.log, worker_log])
-            yield Stack(served, model, worker_log, alive, hook, set())
+            yield Stack(served, model, worker_log, alive, hook, set(), workers, args, worker_env)
 
 
 def first_run(stack: Stack, script: Script) -> tuple[str, str]:
@@ -437,11 +455,6 @@ def test_a_webhook_run_through_serve_and_a_claude_worker_has_a_transcript(
     assert stack.model.recorder.unknown == []
 
 
-@pytest.mark.skip(
-    reason="issue 26 §3 not landed: each attempt gets a fresh agent home and nothing saves or restores "
-    "Claude Code's session files between attempts, so `claude --resume` answers 'No conversation found with "
-    "session ID' and the follow-up ends FAILED (worker-core/server: session state save/restore)"
-)
 def test_a_follow_up_resumes_the_claude_session(stack: Stack, script: Script) -> None:
     run_id, session_id = first_run(stack, script)
     script.extend([Text("Earlier I wrote out/report.md.")])
@@ -456,6 +469,51 @@ def test_a_follow_up_resumes_the_claude_session(stack: Stack, script: Script) ->
     for earlier in ("An alert fired: write a report.", "Writing the report.", "wrote", "Report written."):
         assert earlier in shown, shown[-2000:]
     assert shown.rstrip().endswith("What did you do?")
+
+
+def test_a_follow_up_claimed_by_another_worker_process_resumes_the_session(
+    stack: Stack, script: Script, tmp_path: Path
+) -> None:
+    """The session files travel through the server: the first attempt's worker process is gone, and the
+    follow-up runs in another process, in another workspace path, from a fresh agent home."""
+    run_id, session_id = first_run(stack, script)
+    database = stack.served.data_dir / "factory.db"
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        [(ciphertext, size)] = db.execute(
+            "SELECT ciphertext, size FROM run_session_states WHERE run_id = ?", (run_id,)
+        ).fetchall()
+    assert 0 < size < len(ciphertext) and b"Writing the report." not in ciphertext  # sealed at rest
+    stack.restart_worker(tmp_path / "other-workspaces")
+    script.extend([Text("Earlier I wrote out/report.md.")])
+    status, body = stack.served.post(f"/api/v1/agent/runs/{run_id}/followups", {"message": "What now?"})
+    assert status == 200, body
+    run = stack.finished(run_id, 3)
+    assert run["state"] == "SUCCEEDED", (run, stack.logs_of(run_id))
+    assert run["session_id"] == session_id  # the same Claude Code session, resumed
+    shown = transcript_text(model_requests(stack.model.recorder)[2])
+    for earlier in ("An alert fired: write a report.", "Writing the report.", "Report written."):
+        assert earlier in shown, shown[-2000:]
+    assert "could not be restored" not in stack.worker_log.read_text()
+
+
+def test_a_follow_up_whose_session_is_lost_starts_fresh_with_a_summary(stack: Stack, script: Script) -> None:
+    run_id, session_id = first_run(stack, script)
+    with contextlib.closing(sqlite3.connect(stack.served.data_dir / "factory.db")) as db, db:
+        db.execute("DELETE FROM run_session_states WHERE run_id = ?", (run_id,))
+    script.extend([Text("Starting over from the summary.")])
+    status, body = stack.served.post(f"/api/v1/agent/runs/{run_id}/followups", {"message": "What now?"})
+    assert status == 200, body
+    run = stack.finished(run_id, 3)
+    assert run["state"] == "SUCCEEDED", (run, stack.logs_of(run_id))
+    assert run["session_id"] != session_id  # a new session
+    shown = transcript_text(model_requests(stack.model.recorder)[2])
+    assert "## Earlier conversation" in shown and "assistant: Report written." in shown, shown[-2000:]
+    assert "tool call Bash:" in shown and shown.rstrip().endswith("What now?")
+    said = [e["data"] for e in run_events(stack.served, run_id) if e["kind"] == "message"]
+    assert any(
+        m["role"] == "system" and "could not be restored (no saved session state)" in m["text"] for m in said
+    ), said
+    assert "session could not be restored" in stack.worker_log.read_text()
 
 
 def test_a_cancel_while_a_tool_runs_leaves_no_process(stack: Stack, script: Script, tmp_path: Path) -> None:

@@ -331,11 +331,6 @@ def test_a_delivery_runs_codex_on_a_self_hosted_worker(stack: Stack, script: Scr
     assert any(PROMPT in t for t in input_texts(requests[0]))
 
 
-@pytest.mark.skip(
-    reason="issue 26 §3 not landed: each attempt gets a fresh agent home and nothing saves or restores "
-    "CODEX_HOME/sessions between attempts, so `codex exec resume` answers 'no rollout found for thread id' "
-    "and the follow-up ends FAILED (worker-core/server: session state save/restore)"
-)
 def test_a_follow_up_resumes_the_codex_thread(stack: Stack, script: Script) -> None:
     script.extend([shell("echo noted"), Text("Noted.")])
     run_id = stack.deliver("d-codex-2")

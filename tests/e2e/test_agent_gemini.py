@@ -402,11 +402,6 @@ def test_a_webhook_run_through_serve_and_a_gemini_worker(stack: Stack, script: S
     assert stack.model.recorder.unknown == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the worker makes a fresh agent home per attempt and does not yet keep the CLI's session between "
-    "attempts (issue 26, section 3): gemini --resume then exits 42, 'No previous sessions found'",
-)
 def test_a_follow_up_through_the_worker_resumes_the_gemini_session(stack: Stack, script: Script) -> None:
     script.extend([[Text("Writing the report."), shell("echo wrote")], Text("Report written.")])
     run_id = stack.deliver("d-1")
@@ -431,12 +426,6 @@ def test_a_follow_up_through_the_worker_resumes_the_gemini_session(stack: Stack,
     assert run["session_id"] == session_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Gemini CLI starts each shell command in a session of its own (node-pty / detached spawn), so "
-    "signalling the CLI's process group leaves the command running; the harness must also signal the CLI's "
-    "descendants in other groups (reported to worker-core)",
-)
 def test_a_cancel_while_a_shell_command_runs_kills_the_cli_and_its_command(
     stack: Stack, script: Script, tmp_path: Path
 ) -> None:
