@@ -21,9 +21,10 @@ from aiohttp.test_utils import TestClient
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from store import ids
 from store.clock import SystemClock
 from store.crypto import SecretBox
-from store.models import ApiKey
+from store.models import ApiKey, RunArtifact
 
 from .support import sign_in
 
@@ -65,12 +66,19 @@ async def _seed(
             started_at=clock.now(),
             finished_at=clock.now() + dt.timedelta(seconds=1),
         )
+        artifact = RunArtifact(
+            uid=ids.new_id(ids.ARTIFACT), run_id=finished.run_id, artifact_type="FILE",
+            created_at=clock.now(), filename="r.md", filepath="r.md", mime_type="text/markdown", size_bytes=2,
+            data=b"ok",
+        )  # fmt: skip
+        s.add(artifact)
         key_ids = list((await s.scalars(select(ApiKey.id).where(ApiKey.team_id == team_id))).all())
     return {
         "uid": [factory.uid],
         "wid": [hook.uid],
         "aid": [automation.uid],
         "run_id": [queued.run_id, finished.run_id],
+        "artifact_uid": [artifact.uid, "art_missing"],
         "key_id": key_ids,
         "filename": ["console.css", "console.js"],
     }
@@ -130,4 +138,8 @@ async def test_every_console_route_answers_without_a_server_error(
         # signed in, the pages are shown (not a redirect to the sign-in form or a refusal)
         assert statuses["/console/logout"] == 200
         assert all(statuses[p] == 200 for p in paths if p.startswith("/console/factories/")), statuses
-        assert all(statuses[p] == 200 for p in paths if p.startswith("/console/runs")), statuses
+        pages = [p for p in paths if p.startswith("/console/runs") and "/artifacts/" not in p]
+        assert all(statuses[p] == 200 for p in pages), statuses
+        # a run's file downloads from its own run only; any other pair is a 404
+        files = {p: s for p, s in statuses.items() if "/artifacts/" in p}
+        assert sorted(files.values()) == [200] + [404] * (len(files) - 1), files
