@@ -38,7 +38,27 @@ CONFIG_KEYS = (
     "skill_spec",
     "mcp_servers",
     "harness",
+    "harness_auth_secrets",
 )
+# The SDK's AmbientAgentConfig keys this server does not implement: a request naming one gets a 422 that
+# says so, never "unknown key" (docs/agent-config.md, "The SDK's keys").
+UNSUPPORTED_KEYS = (
+    "computer_use_enabled",
+    "computer_use_model_id",
+    "credential_strategy",
+    "idle_timeout_minutes",
+    "inference_providers",
+    "memory_stores",
+    "runner_id",
+    "session_sharing",
+    "skills",
+)
+# harness_auth_secrets: the managed secret that is each preset's credential (the SDK's two, and gemini's).
+AUTH_SECRET_KEYS = {
+    "claude": "claude_auth_secret_name",
+    "codex": "codex_auth_secret_name",
+    "gemini": "gemini_auth_secret_name",
+}
 # Keys only definitions set (an automation, its agent), never a run request (docs/agent-config.md).
 DEFINITION_KEYS = ("runner", "secrets", "skills")
 # The agent CLI presets (docs/agents.md): a run asking for one is claimed only by a worker offering it.
@@ -79,7 +99,21 @@ def resolve_config(
     harness = merged_harness(layers)
     if harness:
         resolved["harness"] = harness
-    return resolved
+    return with_auth_secret(resolved)
+
+
+def with_auth_secret(config: dict[str, Any]) -> dict[str, Any]:
+    """``harness_auth_secrets`` (the SDK's spelling) as the harness's own ``auth``, the one form workers and
+    presets read: the named secret of the run's preset becomes ``{source: managedSecret, secret_name}``
+    unless the harness already names an ``auth``."""
+    secrets = config.get("harness_auth_secrets")
+    harness = config.get("harness")
+    if not isinstance(secrets, Mapping) or not isinstance(harness, Mapping) or harness.get("auth"):
+        return config
+    name = secrets.get(AUTH_SECRET_KEYS.get(str(harness.get("type")), ""))
+    if isinstance(name, str) and name:
+        config["harness"] = {**harness, "auth": {"source": "managedSecret", "secret_name": name}}
+    return config
 
 
 def merged_harness(layers: list[Mapping[str, Any]]) -> dict[str, Any]:
@@ -127,10 +161,19 @@ def validate_config(obj: Any, *, field: str = "config") -> list[dict[str, Any]]:
         return [field_error(field, "must be an object")]
     errors: list[dict[str, Any]] = []
     for key in obj:
-        if key not in CONFIG_KEYS:
+        if key in UNSUPPORTED_KEYS:
+            errors.append(
+                field_error(
+                    f"{field}.{key}",
+                    "a known AmbientAgentConfig key that this server does not support"
+                    ' (docs/agent-config.md, "The SDK\'s keys")',
+                )
+            )
+        elif key not in CONFIG_KEYS:
             errors.append(
                 field_error(f"{field}.{key}", f"unknown config key; allowed: {', '.join(CONFIG_KEYS)}")
             )
+    errors += _check_auth_secrets(obj.get("harness_auth_secrets"), f"{field}.harness_auth_secrets")
     for key, limit in _SHORT_KEYS.items():
         errors += _check_string(obj.get(key), f"{field}.{key}", max_len=limit)
     errors += _check_string(obj.get("base_prompt"), f"{field}.base_prompt", max_len=MAX_BASE_PROMPT)
@@ -143,6 +186,22 @@ def validate_config(obj: Any, *, field: str = "config") -> list[dict[str, Any]]:
     errors += skill_errors
     errors += validate_mcp_servers(obj.get("mcp_servers"), field=f"{field}.mcp_servers")
     errors += _check_harness(obj.get("harness"), f"{field}.harness")
+    return errors
+
+
+def _check_auth_secrets(value: Any, where: str) -> list[dict[str, Any]]:
+    """``{claude_auth_secret_name?, codex_auth_secret_name?, gemini_auth_secret_name?}``: secret names."""
+    if value is None:
+        return []
+    if not isinstance(value, Mapping):
+        return [field_error(where, "must be an object")]
+    errors = [
+        field_error(f"{where}.{key}", f"unknown key; allowed: {', '.join(AUTH_SECRET_KEYS.values())}")
+        for key in value
+        if key not in AUTH_SECRET_KEYS.values()
+    ]
+    for key in AUTH_SECRET_KEYS.values():
+        errors += _check_string(value.get(key), f"{where}.{key}", max_len=200)
     return errors
 
 

@@ -182,3 +182,36 @@ def test_public_and_loopback_urls_are_accepted() -> None:
 )
 def test_worker_host_unset_or_warp_means_service_hosted(given: str | None, stored: str) -> None:
     assert worker_host_of(given) == stored
+
+
+def test_the_sdks_unsupported_keys_are_known_not_unknown() -> None:
+    errors = validate_config({"idle_timeout_minutes": 5, "memory_stores": [], "modle_id": "x"})
+    by_field = {e["field"]: e["message"] for e in errors}
+    assert "does not support" in by_field["config.idle_timeout_minutes"]
+    assert "does not support" in by_field["config.memory_stores"]
+    assert by_field["config.modle_id"].startswith("unknown config key")
+
+
+def test_harness_auth_secrets_become_the_presets_auth() -> None:
+    request = {
+        "harness": {"type": "claude", "model_id": "opus"},
+        "harness_auth_secrets": {"claude_auth_secret_name": "CLAUDE_KEY", "codex_auth_secret_name": "X"},
+    }
+    assert validate_config(request) == []
+    resolved = resolve_config(request, None, None, None)
+    assert resolved["harness"] == {
+        "type": "claude",
+        "model_id": "opus",
+        "auth": {"source": "managedSecret", "secret_name": "CLAUDE_KEY"},
+    }
+    # an auth the harness already names wins; a harness without a secret for its type gets none
+    given = {"harness": {"type": "codex", "auth": {"source": "workerEnvironment"}}, **request}
+    given["harness"] = {"type": "codex", "auth": {"source": "workerEnvironment"}}
+    assert resolve_config(given, None, None, None)["harness"]["auth"] == {"source": "workerEnvironment"}
+    gemini = {"harness": {"type": "gemini"}, "harness_auth_secrets": {"claude_auth_secret_name": "C"}}
+    assert "auth" not in resolve_config(gemini, None, None, None)["harness"]
+    bad = validate_config({"harness_auth_secrets": {"claude_auth_secret_name": 3, "other": "x"}})
+    assert {e["field"] for e in bad} == {
+        "config.harness_auth_secrets.claude_auth_secret_name",
+        "config.harness_auth_secrets.other",
+    }
