@@ -141,6 +141,18 @@ def recorded(done: list[Turn]) -> list[str]:
     return [j.scorer for t in done for j in t.recorded]
 
 
+async def past(sessions: async_sessionmaker[AsyncSession], run_id: str) -> bool:
+    """Whether the scorers' cursor has moved past the run's last event."""
+    async with sessions() as s:
+        last = select(RunEvent.txid, RunEvent.id).where(RunEvent.run_id == run_id)
+        event = (await s.execute(last.order_by(RunEvent.id.desc()).limit(1))).one()
+        at = select(NotificationCursor.txid, NotificationCursor.event_id).where(
+            NotificationCursor.name == CURSOR
+        )
+        cursor = (await s.execute(at)).one()
+        return tuple(cursor) >= tuple(event)
+
+
 async def new_run(
     sessions: async_sessionmaker[AsyncSession], team_id: str, factory_uid: str, prompt: str, **columns: Any
 ) -> str:
@@ -245,23 +257,50 @@ async def test_failed_runs_are_judged_and_a_judge_runs_finish_starts_no_judge(
     assert run.state == "SUCCEEDED"
 
     # the turn that reads its finish (the cursor moves past it) starts nothing and records nothing
-    async def past(run_id: str) -> bool:
-        async with sessions() as s:
-            last = select(RunEvent.txid, RunEvent.id).where(RunEvent.run_id == run_id)
-            event = (await s.execute(last.order_by(RunEvent.id.desc()).limit(1))).one()
-            at = select(NotificationCursor.txid, NotificationCursor.event_id).where(
-                NotificationCursor.name == CURSOR
-            )
-            cursor = (await s.execute(at)).one()
-            return tuple(cursor) >= tuple(event)
-
     done: list[Turn] = []
 
     async def turn_past() -> bool:
         done.append(await judge_tick(sessions, clock))
-        return await past(run_id)
+        return await past(sessions, run_id)
 
     await until(turn_past, "past the judge's finish")
     assert started(done) == [] and recorded(done) == []
     async with sessions() as s:
         assert [r.run_id for r in (await s.scalars(select(RunScore))).all()] == [failed, failed]
+
+
+async def test_finishes_while_no_factory_has_a_scorer_are_skipped(
+    app: web.Application, aiohttp_client: Any, sessions: async_sessionmaker[AsyncSession], team_id: str
+) -> None:
+    await aiohttp_client(app)
+    clock = SystemClock()
+    async with sessions() as s, s.begin():
+        bare = (await builders.factory(s, clock, team_id, "bare", agents={"foreman": {}, "coder": {}})).uid
+    await judge_tick(sessions, clock)
+    run_id = await new_run(sessions, team_id, bare, "Fix bug 13")
+    wake_claimers(app)
+    await finished(sessions, run_id)
+    done: list[Turn] = []
+
+    async def turn_past() -> bool:
+        done.append(await judge_tick(sessions, clock))
+        return await past(sessions, run_id)
+
+    await until(turn_past, "past the run's finish")
+    async with sessions() as s, s.begin():  # a scorer added now judges what finishes from now on
+        now = clock.now()
+        spec = SCORERS["always"]
+        s.add(
+            FactoryObject(
+                uid=ids.new_id(ids.SCORER),
+                team_id=team_id,
+                factory_uid=bare,
+                kind="scorer",
+                name="always",
+                spec=spec,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    assert (await judge_tick(sessions, clock)).started == [] and started(done) == []
+    assert await judges(sessions) == []
