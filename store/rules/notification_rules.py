@@ -10,7 +10,8 @@ the management API — and for the match the fan-out applies to every run state 
   ``factories`` — factory names, or ``["*"]`` for every run of the team (API runs without a factory
   included); absent means the runs of the endpoint's own factory only.
   ``automations`` — automation names; a run that no automation started never matches.
-  ``sources`` — run sources (``CUSTOM_WEBHOOK``, ``SCHEDULED_AGENT``, ``API``, ``CLI``, ``FACTORY``).
+  ``sources`` — run sources (``CUSTOM_WEBHOOK``, ``SCHEDULED_AGENT``, ``API``, ``CLI``, ``FACTORY``,
+  ``RUN_SCORER``).
 
 Only changes of state notify: a cancel *request* (same state, ``cancel_requested`` set) does not.
 """
