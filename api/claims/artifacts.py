@@ -13,7 +13,6 @@ link declared again is kept once.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from sqlalchemy import delete, select
 
 from api import NotAuthorized, PayloadTooLarge, ValidationFailed
@@ -30,6 +30,7 @@ from api.claims.protocol import Holder, WorkerProtocol
 from api.claims.queue import locked_run, require_lease
 from api.context import sessions
 from api.http.bodies import field_error
+from api.http.jsonlimits import InvalidJson, loads_limited
 from api.http.paths import API_V1
 from store import NotFound, ids
 from store.models import Run, RunArtifact
@@ -232,13 +233,23 @@ async def upload_route(request: web.Request) -> web.Response:
     who = await _authorize(request, run_id)
     if request.content_type != "multipart/form-data":
         raise ValidationFailed("the body must be multipart/form-data: a meta part, then the files")
+    try:
+        holder, files, links = await _read_upload(request, who)
+    except (ValueError, UnicodeError, HttpProcessingError) as exc:  # a malformed multipart body
+        raise ValidationFailed(f"the multipart body cannot be read: {exc}"[:300], errors=[]) from None
+    count = await add_artifacts(WorkerProtocol.of(request.app), run_id, holder, files, links)
+    return web.json_response({"run_id": run_id, "accepted": count})
+
+
+async def _read_upload(request: web.Request, who: Any) -> tuple[Holder, list[NewFile], list[NewLink]]:
+    """The meta part (holder, links, file entries) and the file parts, in order."""
     reader = await request.multipart()
     meta_part = await reader.next()
     if meta_part is None or getattr(meta_part, "name", None) != "meta":
         _refuse("meta", "must be the first part")
-    try:
-        meta = json.loads(await _read_part(meta_part, MAX_META_BYTES, "the meta part"))
-    except ValueError:
+    try:  # the project's one strict JSON reader: no unpaired surrogate or NUL reaches the database
+        meta = loads_limited(await _read_part(meta_part, MAX_META_BYTES, "the meta part"))
+    except InvalidJson:
         meta = None
     if not isinstance(meta, dict):
         _refuse("meta", "must be a JSON object")
@@ -256,8 +267,7 @@ async def upload_route(request: web.Request) -> web.Response:
         files.append(NewFile(path, mime, await _read_part(part, MAX_FILE_BYTES, f"file {path!r}")))
     if await reader.next() is not None:
         _refuse("files", "lists fewer files than the body holds")
-    count = await add_artifacts(WorkerProtocol.of(request.app), run_id, holder, files, links)
-    return web.json_response({"run_id": run_id, "accepted": count})
+    return holder, files, links
 
 
 def setup(app: web.Application) -> None:
