@@ -191,9 +191,7 @@ async def get_session_state_route(request: web.Request) -> web.Response:
     archive = await WorkerProtocol.of(request.app).load_session_state(run_id, _header_holder(request, who))
     if archive is None:
         raise NotFound(f"run {run_id} has no saved session state")
-    return web.Response(
-        body=archive, content_type="application/gzip", headers={"Cache-Control": "no-store"}
-    )
+    return web.Response(body=archive, content_type="application/gzip", headers={"Cache-Control": "no-store"})
 
 
 async def secrets_route(request: web.Request) -> web.Response:

@@ -46,6 +46,8 @@ async def foreman_of(session: AsyncSession, factory: Factory) -> str:
         if isinstance(spec, dict) and spec.get("agent_type") == "FOREMAN":
             return str(name)
     return FOREMAN
+
+
 MAX_NAME = 200
 
 
