@@ -21,6 +21,8 @@ kind            data
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,3 +139,32 @@ class Preset(Protocol):
         """How restored session files (relative to the agent home) must be renamed for ``context``'s new
         workspace, since the CLIs file sessions under a name derived from the working directory;
         ``{old: new}``, only the files that move."""
+
+
+# -- what every preset's parser and version check share ---------------------------------------------
+
+_SEMVER = re.compile(r"(?:^|\s)v?(\d+)\.(\d+)\.(\d+)")
+
+
+def semver(output: str) -> tuple[int, ...] | None:
+    """The first ``X.Y.Z`` a ``--version`` output holds at a word's start (``2.1.332 (Claude Code)``,
+    ``codex-cli 0.169.0``), or None."""
+    found = _SEMVER.search(output)
+    return tuple(int(part) for part in found.groups()) if found else None
+
+
+def typed_object(line: str) -> dict[str, Any] | None:
+    """A line of structured output: a JSON object with a string ``type``, else None (plain output)."""
+    text = line.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        item = json.loads(text)
+    except ValueError:
+        return None
+    return item if isinstance(item, dict) and isinstance(item.get("type"), str) else None
+
+
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, else an empty one (structured output is read defensively)."""
+    return value if isinstance(value, Mapping) else {}

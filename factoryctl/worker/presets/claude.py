@@ -21,7 +21,15 @@ from typing import Any
 
 from factoryctl.worker.job import Job
 from factoryctl.worker.presets import base
-from factoryctl.worker.presets.base import AgentEvent, Context, Invocation, Verdict
+from factoryctl.worker.presets.base import (
+    AgentEvent,
+    Context,
+    Invocation,
+    Verdict,
+    as_mapping,
+    semver,
+    typed_object,
+)
 from factoryctl.worker.resolve import env_var_name
 from factoryctl.worker.workspace import mcp_config, skill_text
 
@@ -41,7 +49,6 @@ QUIET_ENV = {
 PROVIDER_ENV = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
 OAUTH_TOKEN_PREFIX = "sk-ant-oat"  # noqa: S105 - a `claude setup-token` token starts so, not an API key
 DEFAULT_MODELS = frozenset({"", "auto", "default"})  # the CLI's own default model
-_VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)\.(\d+)")
 
 
 class ClaudePreset:
@@ -51,14 +58,10 @@ class ClaudePreset:
 
     def version(self, output: str) -> tuple[int, ...] | None:
         """``2.1.332 (Claude Code)`` -> ``(2, 1, 332)``."""
-        for line in output.splitlines():
-            found = _VERSION.match(line)
-            if found:
-                return tuple(int(part) for part in found.groups())
-        return None
+        return semver(output)
 
     def invocation(self, job: Job, executable: str, context: Context) -> Invocation:
-        harness = _mapping(job.agent_config.get("harness"))
+        harness = as_mapping(job.agent_config.get("harness"))
         argv = [
             executable,
             "-p",
@@ -124,9 +127,9 @@ def _auth_secret(config: Mapping[str, Any], env: Mapping[str, str]) -> str | Non
     """The managed secret that is the CLI's credential: ``harness.auth`` ``{source: managedSecret,
     secret_name}`` (definitions) or ``harness_auth_secrets.claude_auth_secret_name`` (the SDK); the
     worker injects it as the environment variable named after the secret."""
-    auth = _mapping(_mapping(config.get("harness")).get("auth"))
+    auth = as_mapping(as_mapping(config.get("harness")).get("auth"))
     name = auth.get("secret_name") if auth.get("source") == "managedSecret" else None
-    name = name or _mapping(config.get("harness_auth_secrets")).get("claude_auth_secret_name")
+    name = name or as_mapping(config.get("harness_auth_secrets")).get("claude_auth_secret_name")
     if not isinstance(name, str) or not name:
         return None
     return env.get(env_var_name(name)) or env.get(name) or None
@@ -140,10 +143,10 @@ class ClaudeParser:
         self._result: dict[str, Any] | None = None
 
     def is_structured(self, line: str) -> bool:
-        return _object(line) is not None
+        return typed_object(line) is not None
 
     def feed(self, line: str) -> list[AgentEvent]:
-        item = _object(line)
+        item = typed_object(line)
         if item is None:
             return []
         kind = item.get("type")
@@ -205,7 +208,7 @@ def _usage(result: Mapping[str, Any]) -> list[AgentEvent]:
     """The invocation's tokens (cache reads and writes count as input) and cost. On a resumed session
     ``total_cost_usd`` (and ``modelUsage``) are the whole session's, earlier attempts included, while
     ``usage`` is this invocation's: the cost is then left out rather than counted twice."""
-    usage = _mapping(result.get("usage"))
+    usage = as_mapping(result.get("usage"))
     if not usage:
         return []
     input_tokens = sum(
@@ -214,7 +217,7 @@ def _usage(result: Mapping[str, Any]) -> list[AgentEvent]:
     output_tokens = _int(usage.get("output_tokens"))
     session_tokens = sum(
         _int(m.get(k))
-        for m in _mapping(result.get("modelUsage")).values()
+        for m in as_mapping(result.get("modelUsage")).values()
         if isinstance(m, Mapping)
         for k in ("inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens")
     )
@@ -224,24 +227,9 @@ def _usage(result: Mapping[str, Any]) -> list[AgentEvent]:
     return [base.usage(input_tokens, output_tokens, None if cumulative else cost_usd)]
 
 
-def _object(line: str) -> dict[str, Any] | None:
-    text = line.strip()
-    if not text.startswith("{"):
-        return None
-    try:
-        item = json.loads(text)
-    except ValueError:
-        return None
-    return item if isinstance(item, dict) and isinstance(item.get("type"), str) else None
-
-
 def _blocks(item: Mapping[str, Any]) -> list[dict[str, Any]]:
-    content = _mapping(item.get("message")).get("content")
+    content = as_mapping(item.get("message")).get("content")
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _int(value: Any) -> int:

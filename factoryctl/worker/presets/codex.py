@@ -23,7 +23,15 @@ from typing import Any
 
 from factoryctl.worker.job import Job
 from factoryctl.worker.presets import base
-from factoryctl.worker.presets.base import AgentEvent, Context, Invocation, Verdict
+from factoryctl.worker.presets.base import (
+    AgentEvent,
+    Context,
+    Invocation,
+    Verdict,
+    as_mapping,
+    semver,
+    typed_object,
+)
 from factoryctl.worker.resolve import env_var_name
 from factoryctl.worker.workspace import mcp_config, skill_text
 
@@ -32,7 +40,6 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 PROVIDER = "factoryctl"
 KEY_VARIABLE = "OPENAI_API_KEY"
 DEFAULT_MODELS = frozenset({"", "auto", "default"})  # Codex's own default model
-_VERSION = re.compile(r"codex(?:-cli)?\s+v?(\d+)\.(\d+)\.(\d+)")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -42,9 +49,8 @@ class CodexPreset:
     minimum_version = (0, 169, 0)
 
     def version(self, output: str) -> tuple[int, ...] | None:
-        """``codex-cli 0.169.0`` -> ``(0, 169, 0)``."""
-        found = _VERSION.search(output)
-        return tuple(int(n) for n in found.groups()) if found else None
+        """``codex-cli 0.169.0`` -> ``(0, 169, 0)``; another CLI's banner is no codex version."""
+        return semver(output) if "codex" in output.lower() else None
 
     def invocation(self, job: Job, executable: str, context: Context) -> Invocation:
         """``codex exec --json --skip-git-repo-check [-m MODEL] -- PROMPT`` (a new thread) or ``codex exec
@@ -186,10 +192,10 @@ class CodexParser:
         self._verdict: Verdict | None = None
 
     def is_structured(self, line: str) -> bool:
-        return _event(line) is not None
+        return typed_object(line) is not None
 
     def feed(self, line: str) -> list[AgentEvent]:
-        event = _event(line)
+        event = typed_object(line)
         if event is None:
             return []
         kind = event["type"]
@@ -199,7 +205,7 @@ class CodexParser:
             return self._item(event["item"], completed=kind == "item.completed")
         if kind == "turn.completed":
             self._verdict = Verdict(ok=True, message=self._answer)
-            usage = _mapping(event.get("usage"))
+            usage = as_mapping(event.get("usage"))
             return [base.usage(_int(usage.get("input_tokens")), _int(usage.get("output_tokens")))]
         if kind == "turn.failed":
             error = event.get("error")
@@ -266,7 +272,7 @@ def _tool_result(item: Mapping[str, Any]) -> tuple[bool, str]:
         error = item.get("error")
         if isinstance(error, Mapping) or status == "failed":
             return False, str(error.get("message") if isinstance(error, Mapping) else "the tool call failed")
-        result = _mapping(item.get("result"))
+        result = as_mapping(item.get("result"))
         content = result.get("content")
         parts = content if isinstance(content, list) else []
         texts = [str(c.get("text")) for c in parts if isinstance(c, Mapping) and c.get("type") == "text"]
@@ -274,21 +280,6 @@ def _tool_result(item: Mapping[str, Any]) -> tuple[bool, str]:
             texts = [json.dumps(result["structured_content"])]
         return True, "\n".join(texts)
     return status != "failed", ""
-
-
-def _event(line: str) -> dict[str, Any] | None:
-    text = line.strip()
-    if not text.startswith("{"):
-        return None
-    try:
-        event = json.loads(text)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) and isinstance(event.get("type"), str) else None
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _list(value: Any) -> list[Any]:

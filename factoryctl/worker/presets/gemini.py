@@ -28,7 +28,15 @@ from typing import Any
 
 from factoryctl.worker.job import Job
 from factoryctl.worker.presets import base
-from factoryctl.worker.presets.base import AgentEvent, Context, Invocation, Verdict
+from factoryctl.worker.presets.base import (
+    AgentEvent,
+    Context,
+    Invocation,
+    Verdict,
+    as_mapping,
+    semver,
+    typed_object,
+)
 from factoryctl.worker.resolve import env_var_name
 from factoryctl.worker.workspace import mcp_config, skill_text
 
@@ -40,7 +48,6 @@ AUTH_TYPE = "gemini-api-key"
 DEFAULT_MODELS = frozenset({"", "auto", "default"})  # the CLI routes between its own models
 # Keys of Gemini CLI's MCP server settings (its schema refuses any other).
 MCP_KEYS = ("command", "args", "env", "cwd", "url", "httpUrl", "headers", "type", "timeout", "description")
-_VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)\.(\d+)")
 
 
 class GeminiPreset:
@@ -50,11 +57,7 @@ class GeminiPreset:
 
     def version(self, output: str) -> tuple[int, ...] | None:
         """``0.61.0`` -> ``(0, 61, 0)``."""
-        for line in output.splitlines():
-            found = _VERSION.match(line)
-            if found:
-                return tuple(int(part) for part in found.groups())
-        return None
+        return semver(output)
 
     def invocation(self, job: Job, executable: str, context: Context) -> Invocation:
         argv = [executable, "--output-format", "stream-json", "--approval-mode", "yolo"]
@@ -168,10 +171,10 @@ class GeminiParser:
         self._error: str | None = None
 
     def is_structured(self, line: str) -> bool:
-        return _object(line) is not None
+        return typed_object(line) is not None
 
     def feed(self, line: str) -> list[AgentEvent]:
-        item = _object(line)
+        item = typed_object(line)
         if item is None:
             return []
         kind = item.get("type")
@@ -210,7 +213,7 @@ class GeminiParser:
             return None
         if result.get("status") == "success":
             return Verdict(ok=True, message=self._last_text.strip() or None)
-        error = _mapping(result.get("error"))
+        error = as_mapping(result.get("error"))
         message = str(error.get("message") or self._error or "Gemini CLI ended with an error")
         return Verdict(ok=False, message=message)
 
@@ -227,7 +230,7 @@ def _tool_result(item: Mapping[str, Any]) -> AgentEvent:
     ok = item.get("status") == "success"
     output = item.get("output")
     if not ok:
-        error = _mapping(item.get("error"))
+        error = as_mapping(item.get("error"))
         output = error.get("message") or output
     text = output if isinstance(output, str) else "" if output is None else json.dumps(output)
     return base.tool_result(str(item.get("tool_id") or ""), ok, text)
@@ -236,25 +239,10 @@ def _tool_result(item: Mapping[str, Any]) -> AgentEvent:
 def _usage(result: Mapping[str, Any]) -> list[AgentEvent]:
     """This invocation's tokens, every model the CLI called (its router's too) included; no cost: the CLI
     reports none."""
-    stats = _mapping(result.get("stats"))
+    stats = as_mapping(result.get("stats"))
     if not stats:
         return []
     return [base.usage(_int(stats.get("input_tokens")), _int(stats.get("output_tokens")))]
-
-
-def _object(line: str) -> dict[str, Any] | None:
-    text = line.strip()
-    if not text.startswith("{"):
-        return None
-    try:
-        item = json.loads(text)
-    except ValueError:
-        return None
-    return item if isinstance(item, dict) and isinstance(item.get("type"), str) else None
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _int(value: Any) -> int:
