@@ -23,18 +23,18 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.runs import events
 from api.runs.artifacts import artifacts_of
+from api.runs.event_cursors import advance_cursor, read_cursor
 from store import ids
 from store.clock import Clock, rfc3339
 from store.models import (
     Automation,
     Factory,
-    NotificationCursor,
     NotificationEndpoint,
     NotificationMessage,
     Run,
@@ -55,46 +55,6 @@ def _insert_messages(dialect: str) -> Any:
 
 
 _INSERT: Final = {dialect: _insert_messages(dialect) for dialect in ("sqlite", "postgresql")}
-
-
-async def _read_cursor(session: AsyncSession, clock: Clock) -> events.Position | None:
-    """The stored position; None the first time (the cursor is then created at the newest event)."""
-    row = (
-        await session.execute(
-            select(NotificationCursor.txid, NotificationCursor.event_id).where(
-                NotificationCursor.name == CURSOR
-            )
-        )
-    ).first()
-    if row is not None:
-        return (int(row[0]), int(row[1]))
-    start = await events.latest_position(session)
-    insert_ = sqlite.insert if session.get_bind().dialect.name == "sqlite" else postgresql.insert
-    await session.execute(
-        insert_(NotificationCursor)
-        .values(name=CURSOR, txid=start[0], event_id=start[1], updated_at=clock.now())
-        .on_conflict_do_nothing(index_elements=[NotificationCursor.name])
-    )
-    return None
-
-
-async def _advance(session: AsyncSession, clock: Clock, old: events.Position, new: events.Position) -> bool:
-    """Move the cursor from ``old`` to ``new`` if nobody moved it meanwhile (compare and set).
-
-    On PostgreSQL a concurrent fan-out's UPDATE waits for this transaction and then finds the position
-    changed; on SQLite this statement takes the write lock. Either way one turn wins per position.
-    """
-    result = await session.execute(
-        update(NotificationCursor)
-        .where(
-            NotificationCursor.name == CURSOR,
-            NotificationCursor.txid == old[0],
-            NotificationCursor.event_id == old[1],
-        )
-        .values(txid=new[0], event_id=new[1], updated_at=clock.now())
-        .execution_options(synchronize_session=False)
-    )
-    return bool(getattr(result, "rowcount", 0))
 
 
 async def _endpoints(session: AsyncSession, teams: Iterable[str]) -> dict[str, list[NotificationEndpoint]]:
@@ -212,7 +172,7 @@ async def fan_out(session: AsyncSession, clock: Clock, *, batch: int = 2000, rou
     """One turn: read up to ``rounds`` batches of events past the cursor, make their messages, and — if
     the cursor was still where this turn found it — move it and write them. Returns how many messages
     were written. Reading takes no lock, so ingress is never held up by a fan-out. The caller commits."""
-    start = await _read_cursor(session, clock)
+    start = await read_cursor(session, CURSOR, clock.now())
     if start is None:
         return 0
     latest = await events.latest_position(session)  # read before the endpoints, so none is missed
@@ -221,7 +181,7 @@ async def fan_out(session: AsyncSession, clock: Clock, *, batch: int = 2000, rou
     listening = select(NotificationEndpoint.uid).where(NotificationEndpoint.enabled.is_(True)).limit(1)
     if await session.scalar(listening) is None:
         # nobody listens: skip to the newest event without reading the ones in between
-        await _advance(session, clock, start, latest)
+        await advance_cursor(session, CURSOR, start, latest, clock.now())
         return 0
     position = start
     messages: list[dict[str, Any]] = []
@@ -240,7 +200,7 @@ async def fan_out(session: AsyncSession, clock: Clock, *, batch: int = 2000, rou
                 messages += _messages(changes, endpoints, runs, clock.now(), found)
         if len(rows) < batch:
             break
-    if position == start or not await _advance(session, clock, start, position):
+    if position == start or not await advance_cursor(session, CURSOR, start, position, clock.now()):
         return 0
     if messages:
         await session.execute(_INSERT[session.get_bind().dialect.name], messages)

@@ -30,11 +30,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.runs import events
 from api.runs.config import worker_host_of
+from api.runs.event_cursors import advance_cursor, read_cursor
 from api.runs.new_run import Creator, NewRun
 from api.runs.records import TITLE_MAX, create_run, get_run
 from api.scorers.verdicts import Judgement, Scorer, judge_prompt, judgement, sampled, transcript_lines
 from store.clock import Clock, ManualClock
-from store.models import Factory, FactoryObject, NotificationCursor, Run, RunEvent, RunScore
+from store.models import Factory, FactoryObject, Run, RunEvent, RunScore
 from store.rules.vocabulary import RunSource, RunState
 
 CURSOR: Final = "scorers"
@@ -58,42 +59,6 @@ class Turn:
 
 def _insert(session: AsyncSession, table: Any) -> Any:
     return (sqlite.insert if session.get_bind().dialect.name == "sqlite" else postgresql.insert)(table)
-
-
-async def _cursor(session: AsyncSession, now: dt.datetime) -> events.Position | None:
-    row = (
-        await session.execute(
-            select(NotificationCursor.txid, NotificationCursor.event_id).where(
-                NotificationCursor.name == CURSOR
-            )
-        )
-    ).first()
-    if row is not None:
-        return (int(row[0]), int(row[1]))
-    start = await events.latest_position(session)
-    await session.execute(
-        _insert(session, NotificationCursor)
-        .values(name=CURSOR, txid=start[0], event_id=start[1], updated_at=now)
-        .on_conflict_do_nothing(index_elements=[NotificationCursor.name])
-    )
-    return None
-
-
-async def _advance(
-    session: AsyncSession, old: events.Position, new: events.Position, now: dt.datetime
-) -> bool:
-    """Take this turn: move the cursor from ``old`` to ``new`` unless another turn moved it first."""
-    result = await session.execute(
-        update(NotificationCursor)
-        .where(
-            NotificationCursor.name == CURSOR,
-            NotificationCursor.txid == old[0],
-            NotificationCursor.event_id == old[1],
-        )
-        .values(txid=new[0], event_id=new[1], updated_at=now)
-        .execution_options(synchronize_session=False)
-    )
-    return bool(getattr(result, "rowcount", 0))
 
 
 async def _scorers(session: AsyncSession, factory_uid: str) -> list[Scorer]:
@@ -228,14 +193,16 @@ async def judge_turn(session: AsyncSession, clock: Clock, *, batch: int = 1000, 
     if the cursor was still where this turn found it, move it and act on them."""
     turn = Turn()
     now = clock.now()
-    start = await _cursor(session, now)
+    start = await read_cursor(session, CURSOR, now)
     if start is None:
         return turn
     latest = await events.latest_position(session)
     if latest <= start:
         return turn  # nothing new: every idle turn of every replica ends here, after two reads
     if await session.scalar(select(FactoryObject.uid).where(FactoryObject.kind == "scorer").limit(1)) is None:
-        await _advance(session, start, latest, now)  # no scorer anywhere: skip what finished meanwhile
+        await advance_cursor(
+            session, CURSOR, start, latest, now
+        )  # no scorer anywhere: skip what finished meanwhile
         return turn
     position, finishes = start, []
     for _ in range(rounds):
@@ -250,7 +217,7 @@ async def judge_turn(session: AsyncSession, clock: Clock, *, batch: int = 1000, 
         ]
         if len(rows) < batch:
             break
-    if position == start or not await _advance(session, start, position, now):
+    if position == start or not await advance_cursor(session, CURSOR, start, position, now):
         return turn
     runs = {
         r.run_id: r
