@@ -116,22 +116,8 @@ def process_group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
+    table = _process_table()
+    return table is None or any(pgrp == pgid for _ppid, pgrp in table.values())
 
 
 async def wait_for_exit(proc: asyncio.subprocess.Process, *, poll_seconds: float = 0.02) -> int:
@@ -164,13 +150,13 @@ async def terminate_process_group(pgid: int, *, grace_seconds: float, poll_secon
         await asyncio.sleep(poll_seconds)
 
 
-def _process_table() -> dict[int, tuple[int, int]]:
-    """``pid -> (ppid, pgrp)`` of every live process (zombies left out)."""
+def _process_table() -> dict[int, tuple[int, int]] | None:
+    """``pid -> (ppid, pgrp)`` of every live process (zombies left out); None when /proc cannot be read."""
     table: dict[int, tuple[int, int]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return table
+        return None
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -188,7 +174,7 @@ def _process_table() -> dict[int, tuple[int, int]]:
 def descendant_groups(pid: int) -> set[int]:
     """The process groups of ``pid``'s descendants (children, their children ...), its own left out when
     they share it: the groups a tool started in a session of its own lives in."""
-    table = _process_table()
+    table = _process_table() or {}
     children: dict[int, list[int]] = {}
     for child, (parent, _group) in table.items():
         children.setdefault(parent, []).append(child)
