@@ -61,7 +61,6 @@ class ClaudePreset:
         return semver(output)
 
     def invocation(self, job: Job, executable: str, context: Context) -> Invocation:
-        harness = as_mapping(job.agent_config.get("harness"))
         argv = [
             executable,
             "-p",
@@ -71,7 +70,7 @@ class ClaudePreset:
             "--dangerously-skip-permissions",
             "--strict-mcp-config",  # only the run's servers, never a checkout's .mcp.json
         ]
-        model = str(harness.get("model_id") or job.model_id or "")
+        model = job.agent_model_id or ""
         if model not in DEFAULT_MODELS:
             argv += ["--model", model]
         if context.resume:

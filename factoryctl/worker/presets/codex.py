@@ -57,12 +57,11 @@ class CodexPreset:
         resume --json --skip-git-repo-check [-m MODEL] -- THREAD_ID PROMPT`` (a follow-up), run in the
         workspace with stdin closed; the reasoning level, provider, policies and MCP servers are in
         ``config.toml`` because ``exec resume`` takes neither ``--sandbox`` nor ``--cd``."""
-        harness = _harness(job)
         argv = [executable, "exec"]
         if context.resume:
             argv.append("resume")
         argv += ["--json", "--skip-git-repo-check"]
-        model = harness.get("model_id") or job.model_id
+        model = job.agent_model_id
         if isinstance(model, str) and model.strip().lower() not in DEFAULT_MODELS:
             argv += ["--model", model]
         argv.append("--")
@@ -91,11 +90,6 @@ class CodexPreset:
         return {}
 
 
-def _harness(job: Job) -> Mapping[str, Any]:
-    harness = job.agent_config.get("harness")
-    return harness if isinstance(harness, Mapping) else {}
-
-
 def _variables(job: Job, context: Context) -> dict[str, str]:
     """The run's variables a preset may read: the worker's (``context.env``), then the run's own."""
     return {**context.env, **job.environment_variables()}
@@ -105,7 +99,7 @@ def api_key(job: Job, context: Context) -> str | None:
     """The credential: a ``managedSecret`` harness auth's secret (injected as a variable named after the
     secret), else ``OPENAI_API_KEY`` from the run's or the worker's environment."""
     variables = _variables(job, context)
-    auth = _harness(job).get("auth")
+    auth = job.harness.get("auth")
     if isinstance(auth, Mapping) and auth.get("source") == "managedSecret" and auth.get("secret_name"):
         name = env_var_name(str(auth["secret_name"]))
         if variables.get(name):
@@ -122,7 +116,7 @@ def config_toml(job: Job, context: Context) -> str:
         "sandbox_mode": "danger-full-access",
         "check_for_update_on_startup": False,
     }
-    level = _harness(job).get("reasoning_level")
+    level = job.harness.get("reasoning_level")
     if isinstance(level, str) and level:
         root["model_reasoning_effort"] = level.lower()
     tables: dict[str, dict[str, Any]] = {

@@ -61,7 +61,7 @@ class GeminiPreset:
 
     def invocation(self, job: Job, executable: str, context: Context) -> Invocation:
         argv = [executable, "--output-format", "stream-json", "--approval-mode", "yolo"]
-        model = _harness(job).get("model_id") or job.model_id or ""
+        model = job.agent_model_id or ""
         if isinstance(model, str) and model not in DEFAULT_MODELS:
             argv += ["-m", model]
         if context.resume:
@@ -127,11 +127,6 @@ def mcp_servers(servers: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str,
     return translated
 
 
-def _harness(job: Job) -> Mapping[str, Any]:
-    harness = job.agent_config.get("harness")
-    return harness if isinstance(harness, Mapping) else {}
-
-
 def _variables(job: Job, context: Context) -> dict[str, str]:
     """The run's variables a preset may read: the worker's (``context.env``), then the run's own."""
     return {**context.env, **job.environment_variables()}
@@ -142,7 +137,7 @@ def api_key(job: Job, context: Context) -> str | None:
     ``harness_auth_secrets.gemini_auth_secret_name``; injected as a variable named after the secret), else
     ``GEMINI_API_KEY`` from the run's or the worker's environment."""
     variables = _variables(job, context)
-    auth = _harness(job).get("auth")
+    auth = job.harness.get("auth")
     name = None
     if isinstance(auth, Mapping) and auth.get("source") == "managedSecret":
         name = auth.get("secret_name")
