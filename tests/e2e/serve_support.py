@@ -277,3 +277,22 @@ def reconcile_records(log: Path) -> list[dict[str, Any]]:
         if isinstance(record, dict) and record.get("msg") == "reconcile":
             records.append(record)
     return records
+
+
+def run_events(served: Served, run_id: str) -> list[dict[str, Any]]:
+    """A run's event stream from the start (it ends once the run is final): ``{kind, data}`` each, ``data``
+    the event's own (the frame's JSON carries it beside id, run_id and created_at)."""
+    resp = httpx.get(
+        f"{served.url}/api/v1/agent/runs/{run_id}/events",
+        headers={"Authorization": f"Bearer {served.key}", "Last-Event-ID": "0"},
+        timeout=30,
+    )
+    assert resp.status_code == 200, resp.text
+    out: list[dict[str, Any]] = []
+    kind = None
+    for line in resp.text.splitlines():
+        if line.startswith("event: "):
+            kind = line[len("event: ") :]
+        elif line.startswith("data: ") and kind is not None:
+            out.append({"kind": kind, "data": json.loads(line[len("data: ") :])["data"]})
+    return out

@@ -35,7 +35,7 @@ from agents.anthropic_server import (
     transcript_text,
 )
 from agents.scripted import Failure, Script, ScriptedServer, Text, ToolCall
-from serve_support import Served, run_cli, running, serving, stop, wait_for
+from serve_support import Served, run_cli, run_events, running, serving, stop, wait_for
 
 from factoryctl.client import FactoryClient
 from factoryctl.worker.job import Job
@@ -280,24 +280,6 @@ def write_tree(repo: Path) -> None:
     for name, text in files.items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
-
-
-def run_events(served: Served, run_id: str) -> list[dict[str, Any]]:
-    """The run's event stream from the start (it ends once the run is final): ``{kind, data}`` each, ``data``
-    the event's own (the frame's JSON carries it beside id, run_id and created_at)."""
-    resp = httpx.get(
-        f"{served.url}/api/v1/agent/runs/{run_id}/events",
-        headers={"Authorization": f"Bearer {served.key}", "Last-Event-ID": "0"},
-        timeout=30,
-    )
-    assert resp.status_code == 200, resp.text
-    out, kind = [], None
-    for line in resp.text.splitlines():
-        if line.startswith("event: "):
-            kind = line[len("event: ") :]
-        elif line.startswith("data: ") and kind is not None:
-            out.append({"kind": kind, "data": json.loads(line[len("data: ") :])["data"]})
-    return out
 
 
 @dataclass

@@ -256,26 +256,6 @@ def write_tree(repo: Path) -> None:
         (repo / name).write_text(text)
 
 
-def run_events(served: Any, run_id: str) -> list[dict[str, Any]]:
-    """The run's event stream from the start (it ends once the run is final): ``{kind, data}`` each, ``data``
-    the event's own (the frame's JSON carries it beside id, run_id and created_at)."""
-    import httpx
-
-    resp = httpx.get(
-        f"{served.url}/api/v1/agent/runs/{run_id}/events",
-        headers={"Authorization": f"Bearer {served.key}", "Last-Event-ID": "0"},
-        timeout=30,
-    )
-    assert resp.status_code == 200, resp.text
-    out, kind = [], None
-    for line in resp.text.splitlines():
-        if line.startswith("event: "):
-            kind = line[len("event: ") :]
-        elif line.startswith("data: ") and kind is not None:
-            out.append({"kind": kind, "data": json.loads(line[len("data: ") :])["data"]})
-    return out
-
-
 @dataclass
 class Stack:
     """``factoryctl serve`` following the tree, a self-hosted ``factoryctl worker --sandbox none --harness
@@ -383,6 +363,8 @@ def test_a_webhook_run_through_serve_and_a_gemini_worker(stack: Stack, script: S
     run = stack.finished(run_id, 1)
     assert run["state"] == "SUCCEEDED", (run, stack.worker_log.read_text()[-3000:])
     assert run["agent_config"]["harness"]["type"] == "gemini", run
+    from serve_support import run_events
+
     events = run_events(stack.served, run_id)
     kinds = [e["kind"] for e in events]
     for kind in ("session", "message", "tool_call", "tool_result", "usage"):
