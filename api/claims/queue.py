@@ -4,7 +4,7 @@
 The claim is one statement per backend, kept here and nowhere else:
 
 - PostgreSQL: ``UPDATE runs SET ... WHERE run_id = (SELECT run_id ... WHERE state = 'QUEUED' AND
-  worker_host IN (...) ORDER BY queued_at LIMIT 1 FOR UPDATE SKIP LOCKED) AND state = 'QUEUED'
+  worker_host IN (...) ORDER BY queued_at LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) AND state = 'QUEUED'
   RETURNING ...``: concurrent claimers skip each other's locked rows instead of queueing on them.
 - SQLite: the same ``UPDATE ... RETURNING`` without row locks. SQLite has one writer at a time and
   the statement is the transaction's first, so the pick and the update happen under the write
@@ -116,7 +116,9 @@ async def claim_next(
         select(Run.run_id).where(*_scope(worker_hosts, team_id, harnesses)).order_by(Run.queued_at).limit(1)
     )
     if dialect == "postgresql":
-        pick = pick.with_for_update(skip_locked=True)
+        # FOR NO KEY UPDATE: a transaction inserting a row that references the run (an event, a
+        # follow-up, a notification) holds FOR KEY SHARE on it, which FOR UPDATE would skip past.
+        pick = pick.with_for_update(skip_locked=True, key_share=True)
     stmt = (
         update(Run)
         .where(Run.run_id == pick.scalar_subquery(), Run.state == RunState.QUEUED.value)
@@ -165,7 +167,7 @@ async def locked_run(session: AsyncSession, run_id: str, team_id: str | None) ->
         )
         stmt = select(Run).where(*conds)
     else:
-        stmt = select(Run).where(*conds).with_for_update()
+        stmt = select(Run).where(*conds).with_for_update(key_share=True)  # see claim_next
     run = (await session.scalars(stmt.execution_options(populate_existing=True))).one_or_none()
     if run is None:
         raise NotFound(f"run {run_id} does not exist")

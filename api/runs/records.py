@@ -206,7 +206,7 @@ async def get_run(session: AsyncSession, team_id: str, run_id: str, *, for_updat
                 .execution_options(synchronize_session=False)
             )
         else:
-            stmt = stmt.with_for_update()
+            stmt = stmt.with_for_update(key_share=True)  # rows referencing the run may still be added
         stmt = stmt.execution_options(populate_existing=True)
     run = (await session.execute(stmt)).scalar_one_or_none()
     if run is None:

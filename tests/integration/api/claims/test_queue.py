@@ -13,7 +13,7 @@ from api.claims import queue, run_logs
 from api.runs import records as runs
 from api.runs.states import IllegalTransition
 from store.clock import ManualClock
-from store.models import Run
+from store.models import Run, RunFollowup
 
 LEASE = 30.0
 
@@ -338,3 +338,22 @@ async def test_a_stale_holder_of_an_earlier_attempt_is_refused(sessions, new_run
     assert beat.state == "INPROGRESS"
     assert await report(sessions, clock, run_id, "SUCCEEDED") == "SUCCEEDED"
     assert (await get_run(run_id)).lease_token is None  # released with the lease
+
+
+async def test_a_row_being_added_for_a_queued_run_does_not_hide_it_from_claims(
+    sessions, new_run, db_url
+) -> None:
+    """A transaction adding a follow-up (or an event, a notification) for a queued run holds a key-share
+    lock on it on PostgreSQL; the claim must still take the run, not skip it as locked."""
+    if not db_url.startswith("postgres"):
+        pytest.skip("SQLite has one writer at a time: a claim waits for the open transaction instead")
+    clock = ManualClock()
+    run_id = await new_run(clock=clock)
+    async with sessions() as writer, writer.begin():
+        writer.add(
+            RunFollowup(
+                id="f-open", run_id=run_id, message="m", mode=None, outcome="queued", created_at=clock.now()
+            )
+        )
+        await writer.flush()  # the insert (and its FOR KEY SHARE on the run) is in, not committed
+        assert await claim(sessions, clock, [""]) == run_id
