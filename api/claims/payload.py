@@ -23,7 +23,9 @@ a finished run as a continuation) are appended to the prompt, since a freshly st
 has no other way to see them, and are marked delivered. Their text travels once, in the prompt:
 ``followups`` only names them (docs/workers.md, "Follow-ups").
 
-``runner`` and ``skills`` are the run's definition objects (:mod:`api.claims.definitions`).
+``runner`` and ``skills`` are the run's definition objects (:mod:`api.claims.definitions`); ``skills``
+also lists the skills of a run request's ``config.skills`` after the first, resolved at creation (the first
+is the run's primary skill, ``skill_body``; docs/agent-config.md, "Skills").
 
 ``skill_body`` is the SKILL.md body resolved at run creation; ``environment`` is the run's
 environment spec with team secrets as *names* (``secret_refs``), or ``{"error": ...}`` when it was
