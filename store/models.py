@@ -509,6 +509,9 @@ class Run(Base):
     # What the factory's scorers said about this run (docs/scorers.md): one entry per recorded judgement,
     # {scorer, label, score, passed, judge_run_id[, error]}; NULL until the first (api/scorers/).
     scores: Mapped[list[Any] | None] = mapped_column(JSON)
+    # Where the worker ran it, as reported when the run started (docs/workers.md, "Sandbox"):
+    # {kind: bwrap|none, network: none|allowlist|open}; NULL until then.
+    sandbox: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class RunScore(Base):

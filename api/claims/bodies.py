@@ -98,6 +98,28 @@ def wait_seconds(body: dict[str, Any], maximum: float) -> float:
     return min(float(value), maximum)
 
 
+SANDBOX_KINDS = ("bwrap", "none")
+SANDBOX_NETWORKS = ("none", "allowlist", "open")
+
+
+def sandbox(value: Any) -> dict[str, str] | None:
+    """The heartbeat's ``sandbox``: where the worker runs the run (docs/workers.md, "Sandbox"), as
+    ``{kind: bwrap|none, network: none|allowlist|open}``; None when the heartbeat does not say."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, dict)
+        or set(value) != {"kind", "network"}
+        or value["kind"] not in SANDBOX_KINDS
+        or value["network"] not in SANDBOX_NETWORKS
+    ):
+        raise ValidationFailed(
+            "sandbox must be {kind: bwrap|none, network: none|allowlist|open}",
+            errors=[field_error("sandbox", "invalid")],
+        )
+    return {"kind": str(value["kind"]), "network": str(value["network"])}
+
+
 def reported_state(body: dict[str, Any]) -> str:
     state = body.get("state")
     if state not in REPORT_EVENTS:

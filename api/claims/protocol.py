@@ -142,8 +142,11 @@ class WorkerProtocol:
             if completed is not None:
                 return completed
 
-    async def heartbeat(self, run_id: str, holder: Holder, *, start: bool = False) -> HeartbeatAnswer:
-        """Extend the lease; ``start`` also moves a CLAIMED run to INPROGRESS (:func:`queue.heartbeat`)."""
+    async def heartbeat(
+        self, run_id: str, holder: Holder, *, start: bool = False, sandbox: dict[str, str] | None = None
+    ) -> HeartbeatAnswer:
+        """Extend the lease; ``start`` also moves a CLAIMED run to INPROGRESS and ``sandbox`` is recorded
+        on the run (:func:`queue.heartbeat`)."""
         try:
             async with self.sessions() as session, session.begin():
                 beat = await queue.heartbeat(
@@ -155,6 +158,7 @@ class WorkerProtocol:
                     lease_seconds=self.lease_seconds,
                     start=start,
                     team_id=holder.team_id,
+                    sandbox=sandbox,
                 )
                 followups = [followup_json(f) for f in beat.followups]
         except IllegalTransition as exc:

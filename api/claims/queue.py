@@ -219,8 +219,10 @@ async def heartbeat(
     lease_seconds: float,
     start: bool = False,
     team_id: str | None = None,
+    sandbox: dict[str, str] | None = None,
 ) -> Heartbeat:
-    """Extend ``owner``'s lease; ``start`` also moves a CLAIMED run to INPROGRESS.
+    """Extend ``owner``'s lease; ``start`` also moves a CLAIMED run to INPROGRESS; ``sandbox`` (the
+    worker's report of where the run executes, docs/workers.md "Sandbox") is stored on the run.
 
     Answers whether cancellation was requested and hands over pending follow-ups (once). A claimed
     run cancelled before it started ends CANCELLED on ``start``: the answer then has that state and
@@ -237,6 +239,8 @@ async def heartbeat(
             await session.flush()
             return Heartbeat(run.state, True, now)
     run.lease_expires_at = expires
+    if sandbox is not None:
+        run.sandbox = dict(sandbox)
     await session.flush()
     followups = await pending_followups(session, clock, run_id)
     return Heartbeat(run.state, run.cancel_requested, expires, followups)

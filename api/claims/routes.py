@@ -113,7 +113,10 @@ async def heartbeat_route(request: web.Request) -> web.Response:
     if state not in (None, "INPROGRESS"):
         raise ValidationFailed("state may only be INPROGRESS here", errors=[field_error("state", "invalid")])
     holder = bodies.holder(who, body)
-    beat = await WorkerProtocol.of(request.app).heartbeat(run_id, holder, start=state == "INPROGRESS")
+    sandbox = bodies.sandbox(body.get("sandbox"))
+    beat = await WorkerProtocol.of(request.app).heartbeat(
+        run_id, holder, start=state == "INPROGRESS", sandbox=sandbox
+    )
     return web.json_response(
         {
             "run_id": run_id,

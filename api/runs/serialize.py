@@ -69,10 +69,26 @@ def run_item(
         "attachments": list(attachments),
         "request_usage": request_usage(run.request_usage),
         "run_time": run_time(run.started_at, run.finished_at or now),
-        "is_sandbox_running": RunState(run.state) in LEASED,
+        "sandbox": sandbox_info(run.sandbox),
+        "is_sandbox_running": is_sandbox_running(run),
         "artifacts": [dict(a) for a in artifacts],
         "scores": list(run.scores or []),  # factoryctl: the scorers' judgements (docs/scorers.md)
     }
+
+
+def sandbox_info(value: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """``{kind, network}`` as the worker reported when the run started (docs/workers.md, "Sandbox");
+    None before a worker said."""
+    if not value or not isinstance(value.get("kind"), str) or not isinstance(value.get("network"), str):
+        return None
+    return {"kind": value["kind"], "network": value["network"]}
+
+
+def is_sandbox_running(run: Run) -> bool:
+    """A worker holds the run and runs it in a bubblewrap sandbox (a run executing unsandboxed,
+    ``--sandbox none``, is not)."""
+    info = sandbox_info(run.sandbox)
+    return RunState(run.state) in LEASED and info is not None and info["kind"] == "bwrap"
 
 
 def item_context(request: web.Request) -> dict[str, Any]:

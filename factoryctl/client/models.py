@@ -58,6 +58,15 @@ class RequestUsage(Model):
 
 
 @dataclass(frozen=True)
+class RunSandbox(Model):
+    """Where the worker runs the run (docs/workers.md, "Sandbox"): ``kind`` ``bwrap``|``none``, ``network``
+    ``none``|``allowlist``|``open``."""
+
+    kind: str
+    network: str
+
+
+@dataclass(frozen=True)
 class Run(Model):
     """RunItem: the same shape from the list and from the single GET."""
 
@@ -92,6 +101,7 @@ class Run(Model):
     schedule: RunSchedule | None = None
     request_usage: RequestUsage | None = None
     run_time: str | None = None  # ISO 8601 duration
+    sandbox: RunSandbox | None = None
     is_sandbox_running: bool = False
     artifacts: list[dict[str, Any]] = field(default_factory=list)
 

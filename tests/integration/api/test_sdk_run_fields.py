@@ -46,7 +46,9 @@ async def test_strict_sdk_parses_a_preset_run(
         answer = await protocol.claim(("",), "svc:1", harnesses=("echo", "claude"))
         assert answer is not None and answer["run"]["run_id"] == created.run_id
         holder = Holder("svc:1", answer["lease_token"])
-        await protocol.heartbeat(created.run_id, holder, start=True)
+        await protocol.heartbeat(
+            created.run_id, holder, start=True, sandbox={"kind": "bwrap", "network": "none"}
+        )
         await protocol.append_events(
             created.run_id,
             holder,
