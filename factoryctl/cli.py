@@ -17,6 +17,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
 from factoryctl import __version__
@@ -67,6 +68,12 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir", metavar="DIR", help="data directory (env FACTORY_DATA_DIR, default ./.factory)"
     )
+    parser.add_argument(
+        "--context",
+        metavar="PATH",
+        help="CLI context file written by serve (env FACTORY_CONTEXT; default: the nearest "
+        ".factory/context.json upward; 'none' for no context)",
+    )
 
 
 def command_name(argv: Sequence[str]) -> str | None:
@@ -114,6 +121,22 @@ def _register(module_name: str, sub: Any) -> None:
     module.register(sub)
 
 
+def with_context(env: dict[str, str], named: str | None) -> dict[str, str]:
+    """``env`` plus the settings of the CLI context file (``--context``, else ``FACTORY_CONTEXT``, else
+    the nearest ``.factory/context.json``) where ``env`` leaves them unset: flags win over variables,
+    variables over the context (docs/cli.md, "CLI context"). Raises ValueError for an unusable file."""
+    from factoryctl.context_file import ContextError, find
+
+    try:
+        found = find(Path.cwd(), named or env.get("FACTORY_CONTEXT"))
+    except ContextError as exc:
+        raise ValueError(str(exc)) from exc
+    for name, value in (found.defaults() if found else {}).items():
+        if not env.get(name):
+            env[name] = value
+    return env
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Everything this process creates — the SQLite database and its WAL, key files, git mirrors and
     # snapshots, workspaces — is private to its user: files 0600, directories 0700 (docs/operations.md,
@@ -128,7 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from factoryctl.context import CliContext
 
-    ctx = CliContext.from_args(args.database, args.data_dir)
+    try:
+        env = with_context(dict(os.environ), args.context)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    ctx = CliContext.from_args(args.database, args.data_dir, env)
     try:
         code: int = handler(ctx, args)
     except KeyboardInterrupt:

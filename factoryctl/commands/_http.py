@@ -4,7 +4,8 @@ Each such command used to build its own client and map failures its own way, so 
 gave different exit codes and output depending on the verb. Here, once for all of them:
 
 - the client: the server from ``--server`` (else ``FACTORY_API_URL``), the key from
-  ``FACTORY_API_KEY``, one timeout (:data:`TIMEOUT`), ``X-Factory-Source: CLI`` (runs record it);
+  ``FACTORY_API_KEY`` (else the file ``FACTORY_API_KEY_FILE`` names, which a CLI context supplies),
+  one timeout (:data:`TIMEOUT`), ``X-Factory-Source: CLI`` (runs record it);
 - the exit codes: 0 ok, 1 the server refused (a problem answer), 2 usage, 3 cannot connect;
 - the error output: ``error: <detail> (<error_code>)`` plus one ``  - field: message`` line per
   invalid field on stderr; with ``--format json`` also one JSON object on stdout: the server's
@@ -59,15 +60,32 @@ def open_client(ctx: CliContext, server: str | None, *, key_required: bool = Tru
 
     from factoryctl.client import FactoryClient
 
-    key = ctx.api_key() or None
+    key = ctx.api_key() or _key_from_file(ctx.env.get("FACTORY_API_KEY_FILE"))
     if key is None and key_required:
-        raise UsageError("FACTORY_API_KEY is not set (create one with 'factoryctl keys create')")
+        raise UsageError(
+            "no API key: set FACTORY_API_KEY (create one with 'factoryctl keys create'), or run where "
+            "'factoryctl serve' wrote a CLI context (docs/cli.md, \"CLI context\")"
+        )
     return FactoryClient(
         ctx.api_url(server),
         key,
         timeout=httpx.Timeout(TIMEOUT_SECONDS, connect=CONNECT_TIMEOUT_SECONDS),
         default_headers={"X-Factory-Source": "CLI", "User-Agent": f"factoryctl/{__version__}"},
     )
+
+
+def _key_from_file(path: str | None) -> str | None:
+    """The key in ``FACTORY_API_KEY_FILE`` (a CLI context sets it to the key file ``serve`` wrote)."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            key = fh.read().strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read the API key file {path}: {exc.strerror}") from exc
+    if not key:
+        raise UsageError(f"the API key file {path} is empty")
+    return key
 
 
 def run(ctx: CliContext, args: argparse.Namespace, action: Action, *, key_required: bool = True) -> int:

@@ -118,6 +118,11 @@ def register(sub: Any) -> None:
         "then post to services that listen only there)",
     )
     p.add_argument("--team", default="default", help="team that owns factories applied from the source")
+    p.add_argument(
+        "--no-context",
+        action="store_true",
+        help="do not write the CLI context file (<data-dir>/context.json; docs/cli.md, 'CLI context')",
+    )
     p.set_defaults(handler=_serve)
 
 
@@ -138,6 +143,8 @@ def _serve(ctx: CliContext, args: argparse.Namespace) -> int:
     except ValueError as exc:  # safegit.UnsafeLocation is one too
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if not args.no_context and options.settings.port != 0:  # port 0: the URL is known only later
+        write_context(ctx, options.settings.host, options.settings.port)
     try:
         return asyncio.run(run_server(ctx, options))
     except KeyboardInterrupt:
@@ -156,3 +163,18 @@ def _check_git_locations(git_url: str | None, branch: str, skills_source: str | 
         safegit.check_branch(branch)
     if skills_source:
         check_source_template(skills_source)
+
+
+def write_context(ctx: CliContext, host: str, port: int) -> None:
+    """Tell later commands where this server, its admin key file and its data directory are
+    (:mod:`factoryctl.context_file`). A context that cannot be written is a warning: the
+    server works without it."""
+    from pathlib import Path
+
+    from factoryctl.context_file import server_url, write
+    from factoryctl.serve.process import ADMIN_KEY_FILE
+
+    try:
+        write(ctx.data_dir, server_url(host, port), ctx.data_dir / ADMIN_KEY_FILE, Path.cwd())
+    except OSError as exc:
+        print(f"warning: the CLI context was not written: {exc}", file=sys.stderr)
