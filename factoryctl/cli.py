@@ -49,6 +49,9 @@ COMMANDS: dict[str, Command] = {
     "notifications": Command(
         "notifications", "endpoints, messages and resends of outbound notifications (HTTP API)"
     ),
+    "version": Command(
+        "version", "print the installed version, the Python it runs on and its database schema revision"
+    ),
 }
 
 
