@@ -13,6 +13,8 @@ RULES: dict[str, str] = {
     "FC004": "Duplicate YAML key",
     "FC005": "Missing or malformed front matter",
     "FC010": "Schema violation",
+    "FC011": "Repository URL or ref git must not be given",
+    "FC012": "Invalid environment network policy",
     "FC020": "Duplicate name",
     "FC021": "Too many webhooks in one factory",
     "FC030": "Invalid payload filter",

@@ -9,6 +9,10 @@ Environment repositories: every ``repos[].url`` and ``ref`` must be something gi
 (:func:`safegit.check_location` with the policy the worker clones under, FC011): no ``-`` prefix, no
 ``<transport>::`` remote helper, an allowed transport — refused here with file:line, not at run time.
 
+Environment network policies: each ``allow`` pattern must be a ``host[:port]`` pattern and ``allow`` is
+read only with ``mode: allowlist`` (FC012, :func:`store.rules.network_policy.network_problems`, the API's
+rule too).
+
 Environments: an ``environment_id`` must name ``environments/<name>.yaml`` in the same tree, or an
 environment the caller knows from the store (``known_environments``); offline, only the tree counts.
 
@@ -54,7 +58,7 @@ from reconciler.specs import (
     ScheduleSpec,
     place,
 )
-from store.rules import cron, notification_rules, payload_filter, urlpolicy
+from store.rules import cron, network_policy, notification_rules, payload_filter, urlpolicy
 
 UID_RE = re.compile(r"^wh_[0-9a-z]{26}$")
 
@@ -91,6 +95,7 @@ def check(
             out += _duplicates(kind.name, specs, definition.root)
     for env in definition.environments:
         out += _repositories(env, definition.root)
+        out += _network(env, definition.root)
     environments = {e.name for e in definition.environments} | set(known_environments)
     agents = {a.name for a in definition.agents} | ({"foreman"} if definition.factory.legacy else set())
     for config, prefix, locations, _path in agent_places(definition):
@@ -175,6 +180,15 @@ def _repositories(env: EnvironmentSpec, root: str) -> list[Diagnostic]:
         _at("FC011", why, place(env.locations, f"repos[{index}].{key}", root), _file(root, env.path))
         for index, key, why in safegit.repository_problems(env.spec.get("repos"))
     ]
+
+
+def _network(env: EnvironmentSpec, root: str) -> list[Diagnostic]:
+    """FC012 for each problem of ``env``'s ``network`` policy (docs/definitions.md, "Network policy")."""
+    out = []
+    for where, why in network_policy.network_problems(env.spec.get("network")):
+        key = "network" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in where)
+        out.append(_at("FC012", why, place(env.locations, key, root), _file(root, env.path)))
+    return out
 
 
 def _environment(
