@@ -5,18 +5,27 @@ turns). Skipped, saying so, when the CLI is not installed (``npm ci``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from agents.openai_server import input_texts, input_types, model_requests, openai_app, shell
+from agents.openai_server import (
+    INPUT_TOKENS,
+    OUTPUT_TOKENS,
+    input_texts,
+    input_types,
+    model_requests,
+    openai_app,
+    shell,
+)
 from agents.scripted import Script, ScriptedServer, Text
 from serve_support import Served, committed, run_cli, running, serving, wait_for
 
@@ -25,6 +34,7 @@ from factoryctl.worker.job import Job
 from factoryctl.worker.presets import base
 from factoryctl.worker.presets.base import Context, Verdict
 from factoryctl.worker.presets.codex import PRESET
+from factoryctl.worker.presets.harness import PresetHarness
 from store.models import RunEvent
 
 pytestmark = pytest.mark.slow
@@ -188,6 +198,62 @@ def test_a_missing_key_fails_the_turn_with_codexs_message(agent: Agent) -> None:
     assert model_requests(agent.server.recorder) == []
 
 
+class KeptSession:
+    """The run's saved session state, kept in memory between attempts (the server's role)."""
+
+    def __init__(self) -> None:
+        self.archive: bytes | None = None
+
+    async def save_session_state(self, archive: bytes) -> None:
+        self.archive = archive
+
+    async def load_session_state(self) -> bytes | None:
+        return self.archive
+
+
+async def test_a_resumed_attempts_usage_is_only_what_it_billed(tmp_path: Path, script: Script) -> None:
+    """Codex reports the thread's running totals; through the preset harness (its session state saved and
+    restored between attempts, fresh agent homes) the run's usage adds up to what the server billed."""
+    cli = codex_cli()
+    script.extend([shell("echo one"), Text("First."), Text("Second.")])
+    kept = KeptSession()
+    with ScriptedServer(openai_app(script)) as server:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OPENAI_BASE_URL": f"{server.url}/v1",
+               "OPENAI_API_KEY": "sk-test"}  # fmt: skip
+        harness = PresetHarness(PRESET, cli, env=env)
+        usage: list[dict[str, Any]] = []
+        sessions: list[str] = []
+
+        async def on_event(events: Sequence[base.AgentEvent]) -> None:
+            usage.extend(dict(e.data) for e in events if e.kind == "usage")
+            sessions.extend(str(e.data["session_id"]) for e in events if e.kind == "session")
+
+        config = {"harness": {"type": "codex", "model_id": MODEL}}
+        first = Job(run_id="run_codex_usage", prompt="Say one.", agent_config=config)
+        workspace = tmp_path / "attempt-1"
+        workspace.mkdir()
+        outcome = await harness.run(
+            first, workspace, cancel=asyncio.Event(), on_event=on_event, sessions=kept
+        )
+        assert outcome.state == "SUCCEEDED", outcome.status_message
+        assert len(model_requests(server.recorder)) == 2
+
+        second = replace(first, prompt="And again?", resume_session_id=sessions[0])
+        workspace = tmp_path / "attempt-2"
+        workspace.mkdir()
+        outcome = await harness.run(
+            second, workspace, cancel=asyncio.Event(), on_event=on_event, sessions=kept
+        )
+        assert outcome.state == "SUCCEEDED", outcome.status_message
+        assert sessions == [sessions[0]] * 2  # resumed, not a fresh thread
+        requests = len(model_requests(server.recorder))
+        assert requests == 3 and server.recorder.unknown == []
+
+    assert [u["input_tokens"] for u in usage] == [2 * INPUT_TOKENS, INPUT_TOKENS]
+    assert sum(u["input_tokens"] for u in usage) == requests * INPUT_TOKENS
+    assert sum(u["output_tokens"] for u in usage) == requests * OUTPUT_TOKENS
+
+
 # --- the whole path: a delivery, factoryctl serve, a self-hosted worker running the preset ------------
 
 HOST = "codex-box"
@@ -349,6 +415,9 @@ def test_a_follow_up_resumes_the_codex_thread(stack: Stack, script: Script) -> N
     assert any(PROMPT in t for t in texts) and "Noted." in texts  # the first attempt's prompt and answer
     assert "function_call_output" in input_types(resumed)  # and its tool call
     assert texts[-1].endswith("What was it?")
+    # Codex reports the thread's running totals; the run counts each billed request once
+    billed = len(model_requests(stack.model.recorder)) * (INPUT_TOKENS + OUTPUT_TOKENS)
+    assert second["request_usage"]["total_tokens"] == billed
 
 
 def test_a_cancel_while_a_command_runs_leaves_no_process(

@@ -12,6 +12,11 @@ thread with ``codex exec resume THREAD_ID PROMPT``. Measured against 0.169.0 (do
 ``file_change``, ``mcp_tool_call`` and ``web_search`` items -> ``tool_call`` (when started) and
 ``tool_result`` (when completed); ``error`` items and events (Codex's warnings and retries) -> ``system``
 messages; ``turn.completed`` -> ``usage`` and a successful verdict; ``turn.failed`` -> a failed one.
+
+``turn.completed`` reports the running totals of the whole thread, a resumed one's earlier attempts included
+(measured: docs/agents.md, "Codex", "Usage on a resumed thread"); the parser reports only what this attempt
+adds to the totals an earlier attempt reached, which the worker carries in the saved session state
+(:meth:`CodexParser.carry_usage`), so the run's usage adds up to what the model server billed.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from factoryctl.worker.job import Job
@@ -176,6 +182,26 @@ def _value(value: Any) -> str:
     raise TypeError(f"no TOML form for {value!r}")
 
 
+@dataclass(frozen=True)
+class ThreadTotals:
+    """A Codex thread's running token totals (``None`` thread: not known yet)."""
+
+    thread: str | None
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @classmethod
+    def parse(cls, saved: Mapping[str, Any]) -> ThreadTotals | None:
+        """Totals as :meth:`CodexParser.usage_totals` gave them, or None when they are not that shape."""
+        thread, tokens = saved.get("session_id"), (saved.get("input_tokens"), saved.get("output_tokens"))
+        if not isinstance(thread, str) or not all(_int(t) == t and t >= 0 for t in tokens):
+            return None
+        return cls(thread, _int(tokens[0]), _int(tokens[1]))
+
+    def tokens(self) -> dict[str, int]:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+
+
 class CodexParser:
     """Reads ``codex exec --json`` output, one line at a time."""
 
@@ -184,6 +210,22 @@ class CodexParser:
         self._answer: str | None = None
         self._error: str | None = None
         self._verdict: Verdict | None = None
+        self._thread: str | None = None
+        self._carried: ThreadTotals | None = None  # an earlier attempt's totals (carry_usage)
+        self._reported: ThreadTotals | None = None  # the thread's totals this parser has reported up to
+
+    def carry_usage(self, totals: Mapping[str, Any]) -> None:
+        """The totals an earlier attempt left its thread at (what :meth:`usage_totals` gave then): usage on
+        that thread is reported net of them. Anything malformed is ignored (the totals count from 0)."""
+        self._carried = ThreadTotals.parse(totals)
+
+    def usage_totals(self) -> dict[str, Any] | None:
+        """The thread and its token totals as far as usage has been reported (for the next attempt's
+        :meth:`carry_usage`); None before Codex named the thread."""
+        if self._thread is None:
+            return None
+        totals = self._reported or self._baseline()
+        return {"session_id": self._thread, **totals.tokens()}
 
     def is_structured(self, line: str) -> bool:
         return typed_object(line) is not None
@@ -194,13 +236,13 @@ class CodexParser:
             return []
         kind = event["type"]
         if kind == "thread.started" and isinstance(event.get("thread_id"), str):
+            self._thread = event["thread_id"]
             return [base.session(event["thread_id"])]
         if kind in ("item.started", "item.completed") and isinstance(event.get("item"), Mapping):
             return self._item(event["item"], completed=kind == "item.completed")
         if kind == "turn.completed":
             self._verdict = Verdict(ok=True, message=self._answer)
-            usage = as_mapping(event.get("usage"))
-            return [base.usage(_int(usage.get("input_tokens")), _int(usage.get("output_tokens")))]
+            return [self._usage(as_mapping(event.get("usage")))]
         if kind == "turn.failed":
             error = event.get("error")
             message = error.get("message") if isinstance(error, Mapping) else None
@@ -217,6 +259,25 @@ class CodexParser:
         if self._verdict is None and self._error:
             return Verdict(ok=False, message=self._error)
         return self._verdict
+
+    def _usage(self, usage: Mapping[str, Any]) -> AgentEvent:
+        """The ``usage`` event of a ``turn.completed``: its totals less those already reported or carried.
+        Totals below those (Codex did not restore the thread's count) are all this attempt's."""
+        totals = ThreadTotals(self._thread, _int(usage.get("input_tokens")), _int(usage.get("output_tokens")))
+        before = self._reported or self._baseline()
+        if totals.input_tokens < before.input_tokens or totals.output_tokens < before.output_tokens:
+            before = ThreadTotals(self._thread)
+        self._reported = totals
+        return base.usage(
+            totals.input_tokens - before.input_tokens, totals.output_tokens - before.output_tokens
+        )
+
+    def _baseline(self) -> ThreadTotals:
+        """The carried totals when they are this thread's (a resume), else zero (a new thread)."""
+        carried = self._carried
+        if carried is not None and self._thread is not None and carried.thread == self._thread:
+            return carried
+        return ThreadTotals(self._thread)
 
     def _item(self, item: Mapping[str, Any], *, completed: bool) -> list[AgentEvent]:
         kind, item_id = item.get("type"), str(item.get("id") or "")

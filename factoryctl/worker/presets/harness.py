@@ -143,13 +143,14 @@ class PresetHarness:
         env = self.environment(job, workspace, home)
         skills = workspace.joinpath(*SKILLS_DIR.split("/")) if job.skills else None
         context = Context(workspace, home, resume=job.resume_session_id, skills_dir=skills, env=env)
+        parser = self.preset.parser()
         try:
             restoring = bool(context.resume) and sessions is not None
             archive = await self._saved_state(job, sessions) if restoring else None
             invocation = self.preset.invocation(job, self.executable, context)
             await asyncio.to_thread(prepare_home, home, invocation.files)
             if restoring:
-                problem = await asyncio.to_thread(self._restore, archive, context)
+                problem = await asyncio.to_thread(self._restore, archive, context, parser)
                 if problem is not None:
                     job = replace(job, resume_session_id=None, prompt=fresh_prompt(job))
                     context = replace(context, resume=None)
@@ -160,10 +161,12 @@ class PresetHarness:
             message = redact(f"cannot prepare the {self.preset.name} agent: {exc}", secrets)
             return Outcome.error(message, "harness_start_failed")
         try:
-            return await self._run_cli(job, workspace, home, env, invocation, cancel, on_output, on_event)
+            return await self._run_cli(
+                job, workspace, home, env, invocation, parser, cancel, on_output, on_event
+            )
         finally:
             if sessions is not None:
-                await self._save_state(job, home, sessions)
+                await self._save_state(job, home, sessions, parser)
 
     async def _run_cli(
         self,
@@ -172,12 +175,12 @@ class PresetHarness:
         home: Path,
         env: Mapping[str, str],
         invocation: Invocation,
+        parser: StreamParser,
         cancel: asyncio.Event,
         on_output: OutputCallback | None,
         on_event: EventSink | None,
     ) -> Outcome:
         secrets = frozenset(job.secret_values())
-        parser = self.preset.parser()
         tail = OutputTail(STDERR_TAIL_CHARS, secrets)
         router = _Router(parser, secrets, on_output, on_event)
         timeout = min((t for t in (self.timeout_seconds, job.timeout_seconds) if t is not None), default=None)
@@ -218,14 +221,16 @@ class PresetHarness:
             log.warning("run %s: cannot read the saved agent session: %s", job.run_id, exc)
             return None
 
-    def _restore(self, archive: bytes | None, context: Context) -> str | None:
-        """Unpack ``archive`` into the fresh agent home and rename what the CLI files under the workspace's
-        name; why the session cannot be restored, or None when it was."""
+    def _restore(self, archive: bytes | None, context: Context, parser: StreamParser) -> str | None:
+        """Unpack ``archive`` into the fresh agent home, rename what the CLI files under the workspace's
+        name and give ``parser`` the worker's note on the session (its usage totals); why the session
+        cannot be restored, or None when it was."""
         if archive is None:
             return "no saved session state"
         try:
             files = session_files.unpack(archive, context.home)
             session_files.move(context.home, self.preset.session_moves(files, context))
+            session_files.carry_state(parser, session_files.take_state(context.home))
         except (session_files.SessionStateError, OSError) as exc:
             return str(exc)
         return None
@@ -237,10 +242,14 @@ class PresetHarness:
         if on_event is not None:
             await on_event([message(text, role="system")])
 
-    async def _save_state(self, job: Job, home: Path, sessions: SessionStore) -> None:
-        """Pack and send the CLI's session files; a failure only costs the follow-up its restore."""
+    async def _save_state(self, job: Job, home: Path, sessions: SessionStore, parser: StreamParser) -> None:
+        """Pack and send the CLI's session files with the parser's note on them (usage totals); a failure
+        only costs the follow-up its restore."""
         try:
-            archive = await asyncio.to_thread(session_files.pack, home, self.preset.session_paths())
+            state = session_files.state_of(parser)
+            archive = await asyncio.to_thread(
+                session_files.pack, home, self.preset.session_paths(), state=state
+            )
             if archive is not None:
                 await sessions.save_session_state(archive)
         except LeaseLost:

@@ -12,30 +12,71 @@ sockets are left out, nothing outside the listed paths is read); unpacking refus
 first member that is absolute, climbs out with ``..``, or is anything but a regular file or a directory, and
 writes with ``O_NOFOLLOW | O_EXCL`` under the home, within a size budget (a crafted archive cannot expand
 into the worker's disk).
+
+Besides the CLI's files the archive carries the worker's own note, :data:`STATE_NAME` (JSON): what the
+parser must know about the session to read the next attempt's output — the usage totals a CLI that reports
+running totals (Codex) had reached (:class:`RunningUsage`; docs/agents.md, "Usage on a resumed thread").
+It is written by the worker after the CLI ended, so the agent cannot set it, and taken out of the home
+(:func:`take_state`) before the next attempt's CLI starts.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import stat
 import tarfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 MAX_ARCHIVE_BYTES: Final = 4 * 1024 * 1024  # compressed: the server's cap
 MAX_UNPACKED_BYTES: Final = 64 * 1024 * 1024
 MAX_MEMBERS: Final = 10_000
+STATE_NAME: Final = ".factoryctl-session.json"  # the worker's note in the archive, at the home's top
+MAX_STATE_BYTES: Final = 64 * 1024
 
 
 class SessionStateError(ValueError):
     """A session archive this worker will not unpack, or session files it cannot pack."""
 
 
-def pack(home: Path, paths: Sequence[str], *, limit: int = MAX_ARCHIVE_BYTES) -> bytes | None:
-    """The session files under ``home`` at ``paths`` as a ``tar.gz`` (names relative to ``home``); None when
-    there are none. Over ``limit`` compressed: :class:`SessionStateError`."""
+@runtime_checkable
+class RunningUsage(Protocol):
+    """A parser whose CLI reports usage as running totals of the whole session (Codex): it reports only
+    what the attempt adds, given the totals the previous attempt reached."""
+
+    def carry_usage(self, totals: Mapping[str, Any]) -> None:
+        """The totals :meth:`usage_totals` gave at the end of the previous attempt."""
+
+    def usage_totals(self) -> dict[str, Any] | None:
+        """The session's totals as far as usage was reported (JSON), or None."""
+
+
+def state_of(parser: object) -> dict[str, Any]:
+    """The note to save with the session files after an attempt parsed by ``parser``."""
+    totals = parser.usage_totals() if isinstance(parser, RunningUsage) else None
+    return {"usage_totals": totals} if totals is not None else {}
+
+
+def carry_state(parser: object, state: Mapping[str, Any]) -> None:
+    """Give ``parser`` what the previous attempt's note (:func:`take_state`) says about the session."""
+    totals = state.get("usage_totals")
+    if isinstance(parser, RunningUsage) and isinstance(totals, Mapping):
+        parser.carry_usage(totals)
+
+
+def pack(
+    home: Path,
+    paths: Sequence[str],
+    *,
+    state: Mapping[str, Any] | None = None,
+    limit: int = MAX_ARCHIVE_BYTES,
+) -> bytes | None:
+    """The session files under ``home`` at ``paths`` as a ``tar.gz`` (names relative to ``home``), with
+    ``state`` as :data:`STATE_NAME` when given; None when there are no session files. Over ``limit``
+    compressed: :class:`SessionStateError`."""
     members: list[tuple[str, Path]] = []
     for relative in paths:
         start = home.joinpath(*_parts(relative))
@@ -56,6 +97,11 @@ def pack(home: Path, paths: Sequence[str], *, limit: int = MAX_ARCHIVE_BYTES) ->
                 archive.addfile(info)
             if buffer.tell() > limit:
                 raise SessionStateError(f"the session files exceed {limit} bytes compressed")
+        if state:
+            note = json.dumps(dict(state), sort_keys=True).encode()
+            info = tarfile.TarInfo(STATE_NAME)
+            info.size, info.mode = len(note), 0o600
+            archive.addfile(info, io.BytesIO(note))
     data = buffer.getvalue()
     if len(data) > limit:
         raise SessionStateError(f"the session files exceed {limit} bytes compressed")
@@ -115,6 +161,27 @@ def unpack(data: bytes, home: Path, *, limit: int = MAX_UNPACKED_BYTES) -> list[
     return written
 
 
+def take_state(home: Path) -> dict[str, Any]:
+    """The worker's note :func:`unpack` restored into ``home`` (removed from it, so the CLI never sees
+    it); ``{}`` when there is none or it is not a small JSON object (an archive from before the note)."""
+    path = home / STATE_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return {}
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return {}
+    with os.fdopen(fd, "rb") as handle:
+        raw = handle.read(MAX_STATE_BYTES + 1)
+    path.unlink()
+    try:
+        note = json.loads(raw) if len(raw) <= MAX_STATE_BYTES else None
+    except ValueError:
+        note = None
+    return note if isinstance(note, dict) else {}
+
+
 def move(home: Path, moves: Mapping[str, str]) -> None:
     """Rename restored files within ``home`` (both names relative and confined)."""
     for old, new in moves.items():
@@ -153,4 +220,15 @@ def _directory(home: Path, parts: Sequence[str]) -> Path:
     return current
 
 
-__all__ = ["MAX_ARCHIVE_BYTES", "SessionStateError", "move", "pack", "unpack"]
+__all__ = [
+    "MAX_ARCHIVE_BYTES",
+    "STATE_NAME",
+    "RunningUsage",
+    "SessionStateError",
+    "carry_state",
+    "move",
+    "pack",
+    "state_of",
+    "take_state",
+    "unpack",
+]
