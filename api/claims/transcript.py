@@ -1,5 +1,6 @@
 """A run's transcript from its worker: the agent CLI's messages, tool calls, results, usage and session
-(docs/events.md, "Transcript events").
+(docs/events.md, "Transcript events"), and the destinations its egress proxy refused (docs/events.md,
+"Egress refusals").
 
 :func:`parse_events` checks a batch the way both paths need it (the HTTP route and the service-hosted
 workers' in-process calls), so the bounds hold whatever the path; :func:`append_events` stores the batch as
@@ -26,13 +27,15 @@ from store.clock import Clock
 from store.models import Run
 
 MESSAGE, TOOL_CALL, TOOL_RESULT, USAGE, SESSION = events.TRANSCRIPT
-EVENT_KINDS: Final = events.TRANSCRIPT
+EVENT_KINDS: Final = (*events.TRANSCRIPT, events.EGRESS_REFUSED)
 MAX_EVENTS_PER_CALL: Final = 500
 MAX_MESSAGE_BYTES: Final = 32 * 1024  # UTF-8 bytes of a message's text
 MAX_TOOL_INPUT_BYTES: Final = 16 * 1024  # UTF-8 bytes of a tool call's input, serialized as JSON
 MAX_TOOL_OUTPUT_BYTES: Final = 4 * 1024  # UTF-8 bytes of a tool result's output excerpt
 MAX_ID: Final = 200  # a tool call's id and name
 MAX_SESSION_ID: Final = 100  # runs.session_id
+MAX_HOST: Final = 255  # an egress destination's host, as the client named it
+MAX_REASON_BYTES: Final = 1024
 ROLES: Final = ("assistant", "user", "system")
 
 
@@ -135,6 +138,17 @@ def _session(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     }
 
 
+def _egress_refused(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    port = data.get("port")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        _refuse(f"{where}.port", "must be an integer from 1 to 65535")
+    return {
+        "host": _text(data.get("host"), f"{where}.host", MAX_HOST, allow_empty=False),
+        "port": int(port),
+        "reason": _text(data.get("reason", ""), f"{where}.reason", MAX_REASON_BYTES),
+    }
+
+
 def _strip_nul(value: Any) -> Any:
     """``value`` without NUL characters in its strings (PostgreSQL text refuses them)."""
     if isinstance(value, str):
@@ -152,6 +166,7 @@ _CHECKS = {
     TOOL_RESULT: _tool_result,
     USAGE: _usage,
     SESSION: _session,
+    events.EGRESS_REFUSED: _egress_refused,
 }
 
 

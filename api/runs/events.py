@@ -34,6 +34,9 @@ MAX_EVENTS_PER_RUN: Final = 10_000  # docs/events.md, "Bounds": output events be
 STATE, FOLLOWUP, LOG, TRUNCATED = "state", "followup", "log", "truncated"
 # An agent preset's transcript (docs/events.md, "Transcript events"): the run's output, like ``log``.
 TRANSCRIPT: Final = ("message", "tool_call", "tool_result", "usage", "session")
+# The worker's egress proxy refused a destination (docs/events.md, "Egress refusals"): not output, a
+# security signal, so the team stream sends it without logs=true; the worker bounds it per run.
+EGRESS_REFUSED: Final = "egress_refused"
 OUTPUT: Final = frozenset({LOG, TRUNCATED, *TRANSCRIPT})  # what the team stream sends only with logs=true
 _EVENTS: Table = cast("Table", RunEvent.__table__)
 _INSERT_EVENTS = insert(_EVENTS)
@@ -277,6 +280,7 @@ def event_json(event: RunEvent) -> dict[str, Any]:
 
 
 __all__ = [
+    "EGRESS_REFUSED",
     "FOLLOWUP",
     "LOG",
     "MAX_EVENTS_PER_RUN",

@@ -24,6 +24,8 @@ Claim payload read by :meth:`Job.from_claim` (unknown keys are ignored)::
       "skills": [{"name", "skill_name", "description", "body", "front_matter"}],
       "resume_session_id": "..."                 # a follow-up: the agent session to continue
       "resume_transcript": "..."                 # with it: the earlier conversation, summarised
+      "network": {"mode": "none" | "allowlist" | "open", "allow": ["host[:port]"]}
+                                                 # absent: allowlist, no entries (netpolicy.py)
     }
 
 A skill's ``skill_name`` becomes a directory name in the workspace, so anything but a plain path segment
@@ -46,6 +48,7 @@ from typing import Any, Literal
 
 from factoryctl.worker import InvalidClaim
 from factoryctl.worker.masking import mask
+from factoryctl.worker.netpolicy import NetworkPolicy
 
 OutcomeState = Literal["SUCCEEDED", "FAILED", "CANCELLED", "ERROR", "BLOCKED"]
 
@@ -97,6 +100,7 @@ class Job:
     resume_session_id: str | None = None  # a follow-up: the agent session (a preset's) to continue
     resume_transcript: str | None = None  # its earlier conversation, bounded: a fresh session's context
     run_secrets: dict[str, str] = field(default_factory=dict, repr=False)  # the config's own, by variable
+    network: NetworkPolicy = field(default_factory=NetworkPolicy.default)  # docs/workers.md, "Network"
     # resolved secret values beyond the environment's (MCP env/headers); never in a repr
     redacted: tuple[str, ...] = field(default=(), repr=False)
 
@@ -124,6 +128,10 @@ class Job:
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
         ):
             raise InvalidClaim("timeout_seconds must be a positive number")
+        try:
+            network = NetworkPolicy.parse(payload.get("network"))
+        except ValueError as exc:
+            raise InvalidClaim(str(exc)) from None
         redacted = _list(payload.get("secret_values"), "secret_values")
         if not all(isinstance(v, str) for v in redacted):
             raise InvalidClaim("secret_values must be a list of strings")
@@ -143,6 +151,7 @@ class Job:
             resume_session_id=_optional_str(payload.get("resume_session_id"), "resume_session_id") or None,
             resume_transcript=_optional_str(payload.get("resume_transcript"), "resume_transcript") or None,
             run_secrets=_string_map(payload.get("run_secrets"), "run_secrets"),
+            network=network,
             redacted=tuple(redacted),
         )
 

@@ -17,6 +17,9 @@ kind            data
 ``usage``       ``{input_tokens, output_tokens, cost_usd}`` (``cost_usd`` None when the CLI reports none)
 ``session``     ``{session_id}``: the CLI's session or thread, which a follow-up resumes
 ==============  ================================================================================
+
+The worker itself adds ``egress_refused`` ``{host, port, reason}`` (its egress proxy refused a
+destination, :mod:`factoryctl.worker.egress_run`); no preset produces it.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any, Literal, Protocol
 
 from factoryctl.worker.job import Job
 
-EventKind = Literal["message", "tool_call", "tool_result", "usage", "session"]
+EventKind = Literal["message", "tool_call", "tool_result", "usage", "session", "egress_refused"]
 EVENT_KINDS: tuple[EventKind, ...] = ("message", "tool_call", "tool_result", "usage", "session")
 MAX_OUTPUT_CHARS = 4000  # a tool result's excerpt in its event
 MAX_TEXT_CHARS = 32_000  # a message's text in its event
