@@ -49,6 +49,9 @@ COMMANDS: dict[str, Command] = {
     "notifications": Command(
         "notifications", "endpoints, messages and resends of outbound notifications (HTTP API)"
     ),
+    "backup": Command(
+        "backup", "back up a SQLite store and its secret key into a new directory (safe while serving)"
+    ),
     "version": Command(
         "version", "print the installed version, the Python it runs on and its database schema revision"
     ),
