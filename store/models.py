@@ -394,6 +394,9 @@ class Delivery(Base):
     payload: Mapped[bytes | None] = mapped_column(LargeBinary)
     detail: Mapped[str | None] = mapped_column(String(500))
     content_key: Mapped[str | None] = mapped_column(String(60))  # GitHub App deliveries: the body's hash
+    # Accepted and Replayed entries: why each automation selecting the webhook started a run or did not
+    # (docs/ingress.md, "Decisions"); SQL NULL otherwise and for entries from before migration 0019.
+    decisions: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
 
 
 class RateCounter(Base):

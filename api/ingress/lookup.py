@@ -79,19 +79,22 @@ WEBHOOK_QUERY = _WEBHOOKS.where(Webhook.uid == bindparam("uid"), _LIVE)
 # Every live webhook of every team, for the cache's complete snapshot (api.ingress.webhook_cache).
 LIVE_WEBHOOKS_QUERY = _WEBHOOKS.where(_LIVE)
 
-# Routing rows of enabled automations of each webhook's own team and factory; the filter comes back as
-# its JSON text so that the compiled-filter cache is consulted without decoding it.
+# Routing rows of the automations (enabled or not: decisions name disabled ones too) of each webhook's own
+# team and factory; the filter comes back as its JSON text so that the compiled-filter cache is consulted
+# without decoding it.
 _ROUTES = (
     select(
         AutomationWebhook.webhook_uid,
         AutomationWebhook.automation_uid,
         cast(AutomationWebhook.payload_filter, Text),
+        AutomationWebhook.trigger_index,
+        Automation.name,
+        Automation.enabled,
     )
     .join(Automation, Automation.uid == AutomationWebhook.automation_uid)
     .join(Webhook, Webhook.uid == AutomationWebhook.webhook_uid)
     .where(
         AutomationWebhook.webhook_uid.in_(bindparam("uids", expanding=True)),
-        Automation.enabled.is_(True),
         Automation.team_id == Webhook.team_id,
         Automation.factory_uid == Webhook.factory_uid,
     )
@@ -99,6 +102,17 @@ _ROUTES = (
         AutomationWebhook.webhook_uid, AutomationWebhook.automation_uid, AutomationWebhook.trigger_index
     )
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """An automation with a webhook trigger on one webhook: its triggers there, in trigger order."""
+
+    automation_uid: str
+    automation_name: str
+    enabled: bool
+    # (trigger index, payload filter as JSON text) of each of its triggers that selects the webhook
+    triggers: tuple[tuple[int, str | None], ...]
 
 
 # The automations runs start for, with their factories, outer-joined to runs they already have for the
@@ -246,6 +260,19 @@ class FilterCache:
             self._cache.put(key, found)
         return found
 
+    def explain(
+        self, automation_uid: str, filter_text: str | None, payload: object
+    ) -> payload_filter.FilterResult:
+        """Why ``payload`` passes or fails the filter, worded as "Test filter" words it (an invalid
+        filter included: docs/management.md, "Test filter")."""
+        compiled = self.compiled(automation_uid, filter_text)
+        if compiled is _NEVER:  # rare: say why, as Test filter does, instead of the stand-in's reason
+            try:
+                payload_filter.compile(json.loads(filter_text) if filter_text else None)
+            except (ValueError, TypeError) as exc:
+                return payload_filter.FilterResult(False, None, f"the payload filter is invalid: {exc}")
+        return compiled.explain(payload)
+
     def __len__(self) -> int:
         return len(self._cache)
 
@@ -268,24 +295,37 @@ async def match_routes(
     return await session.run_sync(lambda s: match_routes_in(s.connection(), deliveries, filters))
 
 
+def routes_in(conn: Connection, webhook_uids: Sequence[str]) -> dict[str, list[Route]]:
+    """The routes of each webhook, automations in UID order (one SELECT for all the webhooks)."""
+    rows: dict[tuple[str, str], list[Any]] = {}
+    for webhook_uid, automation_uid, text, index, name, enabled in conn.execute(
+        _ROUTES, {"uids": sorted(set(webhook_uids))}
+    ).all():
+        found = rows.get((webhook_uid, automation_uid))
+        if found is None:
+            rows[(webhook_uid, automation_uid)] = [name, bool(enabled), [(index, text)]]
+        else:
+            found[2].append((index, text))
+    routes: dict[str, list[Route]] = {}
+    for (webhook_uid, automation_uid), (name, enabled, triggers) in rows.items():
+        routes.setdefault(webhook_uid, []).append(Route(automation_uid, name, enabled, tuple(triggers)))
+    return routes
+
+
 def match_routes_in(
     conn: Connection, deliveries: Sequence[tuple[WebhookRow, object]], filters: FilterCache
 ) -> list[list[str]]:
     """:func:`match_routes` on a synchronous connection."""
-    routes: dict[str, list[tuple[str, str | None]]] = {}
-    uids = sorted({webhook.uid for webhook, _ in deliveries})
-    for row in conn.execute(_ROUTES, {"uids": uids}).all():
-        routes.setdefault(row[0], []).append((row[1], row[2]))
-    result: list[list[str]] = []
-    for webhook, payload in deliveries:
-        matched: list[str] = []
-        for automation_uid, filter_text in routes.get(webhook.uid, ()):
-            if (not matched or matched[-1] != automation_uid) and filters.compiled(
-                automation_uid, filter_text
-            ).matches(payload):
-                matched.append(automation_uid)
-        result.append(matched)
-    return result
+    routes = routes_in(conn, [webhook.uid for webhook, _ in deliveries])
+    return [
+        [
+            route.automation_uid
+            for route in routes.get(webhook.uid, ())
+            if route.enabled
+            and any(filters.compiled(route.automation_uid, t).matches(payload) for _, t in route.triggers)
+        ]
+        for webhook, payload in deliveries
+    ]
 
 
 async def matching_automations(

@@ -4,10 +4,11 @@ Deduplication is decided by the database, never by a check-then-insert: the Acce
 with ``ON CONFLICT (webhook_uid, delivery_id) WHERE status = 'Accepted' DO NOTHING RETURNING seq``
 against the partial unique index. Exactly one of any number of concurrent deliveries with one identity
 (on any replica) gets a row back; the others write a ``Duplicate`` entry and start nothing. The winner,
-in the same transaction, matches the webhook's routing rows and creates one QUEUED run per matching
-automation. A 202 is sent only after the commit, so an acknowledged delivery survives a crash, and a
-delivery that was not committed was not acknowledged (the sender retries, and the retry is not a
-duplicate of anything).
+in the same transaction, creates one QUEUED run per automation that the webhook's routing rows match; the
+routing, done just before the insert, gives each entry the decision behind every automation's run or
+absence of one (:mod:`api.ingress.decisions`). A 202 is sent only after the commit, so an acknowledged
+delivery survives a crash, and a delivery that was not committed was not acknowledged (the sender
+retries, and the retry is not a duplicate of anything).
 
 The runs' own partial unique index (automation, webhook, delivery) is the backstop for "at most one run
 per automation per delivery". It matters once retention has pruned an old Accepted entry and the sender
@@ -27,7 +28,7 @@ from sqlalchemy import Connection, Table, insert
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.ingress import github_routing, lookup
+from api.ingress import decisions, github_routing, lookup
 from api.ingress.direct import DirectSqlite
 from api.ingress.envelope import PAYLOAD_FILE, PAYLOAD_MIME, github_envelope, run_prompt, with_envelope
 from api.runs.config import automation_config
@@ -120,10 +121,17 @@ def accept_in(
             "received_at": now,
             "detail": None if p.event is None else EVENT_DETAIL + p.event,
             "content_key": p.content_key,
+            "decisions": None,
         }
         for p in batch
     ]
-    rows = [{**e, "status": ACCEPTED, "payload": p.raw} for e, p in zip(entries, batch, strict=True)]
+    # Routed before the Accepted insert, so that each entry is inserted with its decisions (docs/ingress.md,
+    # "Decisions"); a Duplicate's routing is discarded.
+    routed = route_in(conn, batch, filters)
+    rows = [
+        {**e, "status": ACCEPTED, "payload": p.raw, "decisions": r.decisions}
+        for e, p, r in zip(entries, batch, routed, strict=True)
+    ]
     for entry in entries:  # a Duplicate entry keeps no key: only Accepted ones are unique by it
         entry["content_key"] = None
     # In identity order (stable: the first of equal identities stays first), so concurrent batches take
@@ -144,11 +152,9 @@ def accept_in(
             conn, _INSERT_DELIVERIES, [{**entries[i], "status": DUPLICATE, "payload": None} for i in lost]
         )
     runs: dict[int, tuple[str, ...]] = {}
-    if won:
-        matches = route_in(conn, [batch[i] for i in won], filters)
-        wanted = {i: m for i, m in zip(won, matches, strict=True) if m}
-        if wanted:
-            runs = start_runs(conn, now, batch, wanted)
+    wanted = {i: routed[i].matched for i in won if routed[i].matched}
+    if wanted:
+        runs = start_runs(conn, now, batch, wanted)
     duplicates = set(lost)
     return [
         Committed(p.delivery_id, duplicate=i in duplicates, run_ids=runs.get(i, ()))
@@ -156,24 +162,26 @@ def accept_in(
     ]
 
 
-def route_in(conn: Connection, batch: Sequence[Pending], filters: lookup.FilterCache) -> list[list[str]]:
-    """For each delivery, the UIDs of the automations it starts runs for: a webhook's routing rows
-    (:func:`api.ingress.lookup.match_routes_in`) or, for a GitHub App delivery, the team's automations
-    with a matching ``github`` trigger (:func:`api.ingress.github_routing.match_in`). The accept
-    transaction and a replay both route through here."""
+def route_in(
+    conn: Connection, batch: Sequence[Pending], filters: lookup.FilterCache
+) -> list[decisions.Routed]:
+    """For each delivery, the UIDs of the automations it starts runs for and the decisions behind them:
+    a webhook's routing rows (:func:`api.ingress.decisions.decide_in`) or, for a GitHub App delivery, the
+    team's automations with a matching ``github`` trigger (:func:`api.ingress.github_routing.match_in`;
+    no decisions recorded). The accept transaction and a replay both route through here."""
     hooks = [i for i, p in enumerate(batch) if p.event is None]
     github = [i for i, p in enumerate(batch) if p.event is not None]
-    routed: list[list[str]] = [[] for _ in batch]
+    routed: list[decisions.Routed] = [decisions.Routed([], None) for _ in batch]
     if hooks:
-        found = lookup.match_routes_in(conn, [(batch[i].webhook, batch[i].payload) for i in hooks], filters)
-        for i, uids in zip(hooks, found, strict=True):
-            routed[i] = uids
+        found = decisions.decide_in(conn, [(batch[i].webhook, batch[i].payload) for i in hooks], filters)
+        for i, result in zip(hooks, found, strict=True):
+            routed[i] = result
     if github:
-        found = github_routing.match_in(
+        matched = github_routing.match_in(
             conn, [(batch[i].webhook.team_id, batch[i].event or "", batch[i].payload) for i in github]
         )
-        for i, uids in zip(github, found, strict=True):
-            routed[i] = uids
+        for i, uids in zip(github, matched, strict=True):
+            routed[i] = decisions.Routed(uids, None)
     return routed
 
 

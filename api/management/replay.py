@@ -11,7 +11,9 @@ explicit request, so it is never de-duplicated: replaying twice starts the runs 
 
 Only Accepted entries are replayed (the others store no payload, or are replays themselves); a deleted
 webhook is refused, a disabled one is not (disabling closes the sender's URL, not the admin's log).
-Disabled automations never run: they are not matched, and naming one is a 409.
+Disabled automations never run: they are not matched, and naming one is a 409. The Replayed entry records
+the decisions of the replay's routing as an Accepted entry does (docs/ingress.md, "Decisions"); with an
+``automation_id``, every other automation is decided "not part of this replay".
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from api.http.bodies import (
     unknown_fields,
 )
 from api.http.paths import API_V1
-from api.ingress import lookup, pipeline
+from api.ingress import decisions, lookup, pipeline
 from api.management.deliveries import COLUMNS, REPLAYED, Entry, parse_payload
 from api.runs.event_hub import runs_queued
 from store import ids
@@ -133,10 +135,11 @@ def replay_in(
     now: dt.datetime,
 ) -> tuple[list[dict[str, str | None]], str]:
     """Match, start the runs and write the Replayed entry, in the caller's transaction."""
-    matched = pipeline.route_in(conn, [pending], lookup.FilterCache(64))[0]
-    matched = [uid for uid in matched if only is None or uid == only]
-    if matched:
-        pipeline.start_runs(conn, now, [pending], {0: matched})
+    routed = pipeline.route_in(conn, [pending], lookup.FilterCache(64))[0]
+    if only is not None:
+        routed = decisions.only(routed, only)
+    if routed.matched:
+        pipeline.start_runs(conn, now, [pending], {0: routed.matched})
     runs = [
         {"run_id": run_id, "automation_id": automation_id}
         for run_id, automation_id in conn.execute(
@@ -158,6 +161,7 @@ def replay_in(
             received_at=now,
             payload=entry.payload,
             detail=detail[:_DETAIL_MAX],
+            decisions=routed.decisions,
         )
     )
     return runs, detail[:_DETAIL_MAX]

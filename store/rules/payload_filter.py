@@ -191,13 +191,17 @@ class CompiledFilter:
 
     ``matches(payload) -> bool`` is a per-instance function built at compile time that runs every check
     in one loop without further calls in the common case, because ingress runs it for every automation.
+    :meth:`explain` tests one check at a time with single-check evaluators built on its first call and
+    kept, because ingress explains every miss when it records a delivery's decisions (docs/ingress.md,
+    "Decisions").
     """
 
-    __slots__ = ("_checks", "matches")
+    __slots__ = ("_checks", "_each", "matches")
     matches: Test
 
     def __init__(self, checks: Sequence[_Check]) -> None:
         self._checks = tuple(checks)
+        self._each: tuple[Test, ...] | None = None
         self.matches = _evaluator(tuple(c.spec() for c in self._checks))
 
     @property
@@ -214,8 +218,11 @@ class CompiledFilter:
                 None,
                 f"payload is {_type_name(payload)}, not an object; only an empty filter matches it",
             )
-        for c in self._checks:
-            if not _evaluator((c.spec(),))(payload):
+        each = self._each
+        if each is None:  # built once per filter; a race builds equal tuples, either is kept
+            each = self._each = tuple(_evaluator((c.spec(),)) for c in self._checks)
+        for c, test in zip(self._checks, each, strict=True):
+            if not test(payload):
                 return FilterResult(False, format_path(c.path), _describe_failure(c, payload))
         n = len(self._checks)
         return FilterResult(True, None, f"all {n} condition{'s' if n != 1 else ''} match")
