@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from factoryctl.context import CliContext
+from factoryctl.existing_store import EXIT_NO_STORE, require_store
 
 # The store (SQLAlchemy) is imported when a verb runs, not for --help.
 ROLES = ("admin", "member", "worker")  # store.apikeys.ROLES (tests/unit/cli keeps them equal)
@@ -64,6 +65,9 @@ def _list(ctx: CliContext, args: argparse.Namespace) -> int:
     from store.db import session_factory
     from store.teams import ensure_team
 
+    if not require_store(ctx):
+        return EXIT_NO_STORE
+
     async def go() -> list[dict[str, Any]]:
         async with ctx.engine() as engine, session_factory(engine)() as s:
             team = await ensure_team(s, args.team)
@@ -99,6 +103,9 @@ def _revoke(ctx: CliContext, args: argparse.Namespace) -> int:
     from store.clock import SystemClock
     from store.db import session_factory
     from store.teams import ensure_team
+
+    if not require_store(ctx):
+        return EXIT_NO_STORE
 
     async def go() -> None:
         async with ctx.engine() as engine, session_factory(engine)() as s, s.begin():

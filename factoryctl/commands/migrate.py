@@ -102,7 +102,7 @@ def _check(root: Path, legacy: list[str]) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"factoryctl migrate: {message}", file=sys.stderr)
+    print(f"error: {message}", file=sys.stderr)
     return code
 
 

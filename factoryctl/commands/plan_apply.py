@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from factoryctl.context import CliContext, use_color
+from factoryctl.existing_store import EXIT_NO_STORE, require_store
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) and the reconciler are imported when a command runs
     from reconciler.plan import Plan
@@ -79,14 +80,13 @@ def _run(
     return asyncio.run(go())
 
 
-def _report_failure(result: ReconcileOutcome, fmt: str) -> int:
+def _report_failure(result: ReconcileOutcome, fmt: str, *, planning: bool) -> int:
+    text = _failure_text(result, planning=planning)
     if fmt == "json":
-        print(
-            json.dumps({"error": _failure_text(result), "diagnostics": result.diagnostics_json()}, indent=2)
-        )
+        print(json.dumps({"error": text, "diagnostics": result.diagnostics_json()}, indent=2))
         return 1
     _warn(result)
-    print(f"Error: {_failure_text(result)}", file=sys.stderr)
+    print(f"error: {text}", file=sys.stderr)
     return 1
 
 
@@ -95,10 +95,11 @@ def _warn(result: ReconcileOutcome) -> None:
         print(str(diagnostic), file=sys.stderr)
 
 
-def _failure_text(result: ReconcileOutcome) -> str:
-    if result.error:
-        return f"{result.error}; nothing was applied"
-    return f"{len(result.diagnostics)} definition error(s); nothing was applied"
+def _failure_text(result: ReconcileOutcome, *, planning: bool) -> str:
+    """A plan that fails never applies anything, so it says the plan failed; an apply says nothing
+    was applied (its transaction rolled back)."""
+    why = result.error or f"{len(result.diagnostics)} definition error(s)"
+    return f"the plan failed: {why}" if planning else f"{why}; nothing was applied"
 
 
 def _plan_json(plan: Plan, result: ReconcileOutcome) -> dict[str, Any]:
@@ -108,9 +109,12 @@ def _plan_json(plan: Plan, result: ReconcileOutcome) -> dict[str, Any]:
 def _plan(ctx: CliContext, args: argparse.Namespace) -> int:
     from reconciler.plan import render_text
 
+    if not require_store(ctx):
+        return EXIT_NO_STORE
+
     result = _run(ctx, args, dry_run=True)
     if not result.ok or result.plan is None:
-        return _report_failure(result, args.format)
+        return _report_failure(result, args.format, planning=True)
     _warn(result)
     if args.format == "json":
         print(json.dumps(_plan_json(result.plan, result), indent=2))
@@ -137,25 +141,25 @@ def _apply(ctx: CliContext, args: argparse.Namespace) -> int:
     if not args.auto_approve:
         if args.format == "json" or not sys.stdin.isatty():
             print(
-                "Error: apply needs confirmation and cannot ask here (stdin is not a terminal, or"
+                "error: apply needs confirmation and cannot ask here (stdin is not a terminal, or"
                 " --format json); review `factoryctl plan` and pass --auto-approve",
                 file=sys.stderr,
             )
             return 1
         preview = _run(ctx, args, dry_run=True)
         if not preview.ok or preview.plan is None:
-            return _report_failure(preview, args.format)
+            return _report_failure(preview, args.format, planning=False)
         _warn(preview)
         sys.stdout.write(render_text(preview.plan, color=use_color()))
         previewed = True
         if preview.plan.has_changes:
             if not _confirm():
-                print("Apply cancelled; nothing was changed.", file=sys.stderr)
+                print("error: apply cancelled; nothing was changed", file=sys.stderr)
                 return 1
             expected = preview.plan.digest()
     result = _run(ctx, args, dry_run=False, expected=expected)
     if not result.ok or result.plan is None:
-        return _report_failure(result, args.format)
+        return _report_failure(result, args.format, planning=False)
     if not previewed:  # else the preview showed them
         _warn(result)
     if args.format == "json":

@@ -24,6 +24,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from factoryctl.context import CliContext
+from factoryctl.existing_store import EXIT_NO_STORE, require_store
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is imported when a verb runs, not for --help
     from store import secrets as secret_store
@@ -155,6 +156,9 @@ def _list(ctx: CliContext, args: argparse.Namespace) -> int:
     from store.db import session_factory
     from store.teams import ensure_team
 
+    if not require_store(ctx):
+        return EXIT_NO_STORE
+
     async def go() -> list[secret_store.SecretInfo]:
         async with ctx.engine() as engine, session_factory(engine)() as s, s.begin():
             team = await ensure_team(s, args.team)
@@ -189,6 +193,9 @@ def _delete(ctx: CliContext, args: argparse.Namespace) -> int:
     from store import secrets as secret_store
     from store.db import session_factory
     from store.teams import ensure_team
+
+    if not require_store(ctx):
+        return EXIT_NO_STORE
 
     async def go() -> list[str]:
         async with ctx.engine() as engine, session_factory(engine)() as s, s.begin():

@@ -4,7 +4,8 @@ Offline by default (schemas and cross-file rules). With a store (the global ``--
 ``FACTORY_DATABASE_URL``) it also runs the online checks for team ``default``: secrets exist and
 have the right shape, and referenced webhook UIDs exist in the factory. With ``--server`` the
 server runs them instead. Exit codes: 0 valid, 1 invalid (or the store could not be read, or the
-server refused the call), 2 usage error, 3 the server could not be reached (``docs/cli.md``).
+server refused the call), 2 usage error (a PATH that is not a directory), 3 the server could not be
+reached (``docs/cli.md``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def _remote(ctx: CliContext, args: argparse.Namespace) -> int:
     fmt = args.format or ("github" if ctx.env.get("GITHUB_ACTIONS") == "true" else "text")
     if not ctx.api_key():  # the public tiers only: the server cannot check the team's secrets and names
         print(
-            "factoryctl validate: no FACTORY_API_KEY: the server runs the parser and state-independent"
+            "warning: no FACTORY_API_KEY: the server runs the parser and state-independent"
             " checks only (secrets, webhook UIDs and names taken are not checked)",
             file=sys.stderr,
         )
@@ -96,6 +97,14 @@ def _validate_remote(client: FactoryClient, paths: Sequence[str]) -> dict[str, A
 
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    # A path that is not a directory is a mistake on the command line, not an invalid factory: exit 2
+    # (usage), so CI tells a typo in its workflow from a definition error (docs/cli.md, "Exit codes").
+    missing = [p for p in args.paths if not Path(p).is_dir()]
+    for path in missing:
+        why = "is not a directory" if Path(path).exists() else "does not exist"
+        print(f"error: {path} {why} (validate takes factory directories)", file=sys.stderr)
+    if missing:
+        return 2
     if args.server:
         return _remote(ctx, args)
     from reconciler import rules
@@ -117,7 +126,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
             reason = getattr(exc, "orig", None) or exc  # the driver's words, without SQLAlchemy's SQL dump
             where = _safe_url(ctx.database_url)
             print(
-                f"factoryctl validate: cannot run the online checks against {where}: {reason}",
+                f"error: cannot run the online checks against {where}: {reason}",
                 file=sys.stderr,
             )
             return 1

@@ -128,11 +128,15 @@ def test_an_unreachable_server_exits_3_not_1() -> None:
     assert proc.stderr.endswith(" (connection_failed)\n")
 
 
-def test_missing_directory_is_invalid_not_a_crash() -> None:
-    proc = validate("no-such-dir")
-    assert proc.returncode == 1
-    assert "no-such-dir: error[FC001]: factory directory 'no-such-dir' does not exist" in proc.stdout
-    assert "Traceback" not in proc.stderr
+def test_missing_directory_is_a_usage_error_not_a_crash(tmp_path: Path) -> None:
+    """A path that is not a directory is a mistake on the command line (2), not invalid definitions (1)."""
+    proc = validate("no-such-dir", "example-factory")
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "error: no-such-dir does not exist (validate takes factory directories)\n"
+    (tmp_path / "file.yaml").write_text("name: x\n")
+    proc = validate(str(tmp_path / "file.yaml"), "--format", "sarif")
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.endswith("file.yaml is not a directory (validate takes factory directories)\n")
 
 
 async def _store(url: str, secrets: dict[str, str]) -> None:
