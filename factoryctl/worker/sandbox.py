@@ -5,8 +5,9 @@ whatever the agent starts: the stdio MCP servers of ``.mcp.json``, its tools). T
 :func:`start_process`, the one place they are started, each runs as
 ``bwrap ... -- ARGV`` with:
 
-- every namespace unshared (``--unshare-all``: user, pid, ipc, uts, cgroup and network — no network
-  at all, so neither the database on localhost nor the API is reachable), no capabilities,
+- every namespace unshared (``--unshare-all``: user, pid, ipc, uts, cgroup and network — the host's
+  network, its loopback among it, is out of reach, so neither the database on localhost nor the API
+  is), no capabilities,
   ``--die-with-parent`` (the sandbox dies with the worker) and ``--new-session``;
 - a root that holds only read-only system directories (``/usr``, ``/bin``, ``/sbin``, ``/lib*``), a
   chosen list of ``/etc`` files (never ``/etc`` whole: it holds ``shadow``, TLS private keys and the
@@ -24,6 +25,12 @@ like of the run's). The run's environment goes in through ``--clearenv`` and ``-
 from an unlinked file (``--args FD``): inside the sandbox it is exactly the one given, and it is never
 on a command line, which every user of the machine could read in ``/proc/PID/cmdline``.
 
+A run's network (:class:`SandboxNetwork`, docs/workers.md, "Network") adds either ``--share-net``
+(``open``: the host's network) or the egress relay: the run's egress directory bound read-only at
+:data:`EGRESS_MOUNT` and ARGV started through :mod:`factoryctl.worker.egress_relay`, which points the
+proxy variables at the worker's egress proxy. Without one (the probe, a sandbox no run owns) there is
+no network at all.
+
 Whether bwrap works is probed once per :class:`Sandbox` (``bwrap ... true`` with the same
 arguments a run gets) and cached: install bubblewrap, then restart the worker.
 """
@@ -31,12 +38,14 @@ arguments a run gets) and cached: install bubblewrap, then restart the worker.
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,26 +86,79 @@ ETC_FILES = (
     "/etc/ssl/certs",
     "/etc/timezone",
 )
+EGRESS_MOUNT = "/run/factoryctl-egress"  # the run's egress directory inside the sandbox
+RELAY_FILE = "relay.py"
+PROXY_SOCKET = "proxy.sock"
+
+
+@dataclass(frozen=True)
+class SandboxNetwork:
+    """One run's network inside its sandbox: the host's (``share_host``), or the egress relay. ``egress``:
+    the host directory holding the proxy's socket and the relay script; ``python``: an interpreter the
+    sandbox sees (``python_dirs``: what must be bound for it, when it is outside the system directories);
+    ``forward``: loopback ports the relay also listens on (a loopback model endpoint)."""
+
+    share_host: bool = False
+    egress: Path | None = None
+    python: str = "/usr/bin/python3"
+    python_dirs: tuple[Path, ...] = ()
+    forward: tuple[int, ...] = ()
+
+    def bwrap_args(self) -> list[str]:
+        if self.share_host:
+            return ["--share-net"]
+        out: list[str] = []
+        for path in self.python_dirs:
+            out += ["--ro-bind", str(path), str(path)]
+        if self.egress is not None:
+            out += ["--ro-bind", str(self.egress), EGRESS_MOUNT]
+        return out
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` started through the relay (unchanged for the host's network)."""
+        if self.share_host or self.egress is None:
+            return list(argv)
+        relay = [self.python, "-I", "-S", f"{EGRESS_MOUNT}/{RELAY_FILE}", f"{EGRESS_MOUNT}/{PROXY_SOCKET}"]
+        for port in self.forward:
+            relay += ["--forward", str(port)]
+        return [*relay, "--", *argv]
 
 
 class Sandbox:
     """How to confine a run-controlled process; ``bwrap`` is the executable (a name looked up on PATH,
-    or a path), ``read_only``/``writable`` the operator's extra directories, bound at their own path."""
+    or a path), ``read_only``/``writable`` the operator's extra directories, bound at their own path.
+    ``address_refusal``: the rule the egress proxy applies to the addresses a destination that is not
+    listed by name resolves to (``store.rules.addresspolicy``'s, given by the worker's entry point; None:
+    :func:`factoryctl.worker.egress.public_only`). ``network``: set per run by :meth:`with_network`."""
+
+    network: SandboxNetwork | None = None
 
     def __init__(
-        self, bwrap: str = DEFAULT_BWRAP, *, read_only: Iterable[Path] = (), writable: Iterable[Path] = ()
+        self,
+        bwrap: str = DEFAULT_BWRAP,
+        *,
+        read_only: Iterable[Path] = (),
+        writable: Iterable[Path] = (),
+        address_refusal: Callable[[str], str | None] | None = None,
     ) -> None:
         self.bwrap = bwrap
         # Resolved once, with the worker's own PATH: a run's PATH never chooses what runs on the host.
         self.executable = bwrap if os.path.isabs(bwrap) else shutil.which(bwrap) or bwrap
         self.read_only = tuple(Path(p) for p in read_only)
         self.writable = tuple(Path(p) for p in writable)
+        self.address_refusal = address_refusal
         self._lock = threading.Lock()
         self._probed = False
         self._problem: str | None = None
 
     def __repr__(self) -> str:
         return f"Sandbox(bwrap={self.bwrap!r})"
+
+    def with_network(self, network: SandboxNetwork) -> Sandbox:
+        """This sandbox for one run's processes, with that run's network (the probe result is shared)."""
+        run = copy.copy(self)
+        run.network = network
+        return run
 
     def argv(
         self,
@@ -114,6 +176,8 @@ class Sandbox:
         ws = str(workspace)
         out = [self.executable, *(["--args", str(args_fd)] if args_fd is not None else [])]
         out += ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        if self.network is not None:
+            out += self.network.bwrap_args()
         for top in SYSTEM_DIRS:
             if os.path.islink(top):  # merged /usr: /bin -> usr/bin
                 out += ["--symlink", os.readlink(top), top]
@@ -130,7 +194,8 @@ class Sandbox:
             out += ["--ro-bind", str(path), str(path)]
         for path in writable:
             out += ["--bind", str(path), str(path)]
-        out += ["--bind", ws, ws, "--chdir", ws, "--", *argv]
+        command = self.network.command(argv) if self.network is not None else list(argv)
+        out += ["--bind", ws, ws, "--chdir", ws, "--", *command]
         return out
 
     @staticmethod

@@ -12,7 +12,8 @@ import sse_support
 
 HOST = "myhost"
 CLAUDE = {"harness": {"type": "claude", "model_id": "sonnet"}, "worker_host": HOST}
-REFUSED = {"kind": "egress_refused", "data": {"host": "example.invalid", "port": 443, "reason": "not listed"}}
+REFUSED_DATA: dict[str, Any] = {"host": "example.invalid", "port": 443, "reason": "not listed"}
+REFUSED = {"kind": "egress_refused", "data": REFUSED_DATA}
 
 
 def auth(key: str) -> dict[str, str]:
@@ -49,7 +50,7 @@ async def test_a_refused_destination_is_a_run_event_on_both_streams(
     member = await make_key("member")
     run_id = await new_run(worker_host=HOST, agent_config=CLAUDE)
     token = await claimed(client, key, run_id)
-    extra = {"kind": "egress_refused", "data": {**REFUSED["data"], "port": 80, "secret": "dropped"}}
+    extra = {"kind": "egress_refused", "data": {**REFUSED_DATA, "port": 80, "secret": "dropped"}}
     resp = await send(client, key, run_id, token, [REFUSED, extra])
     assert resp.status == 200 and (await resp.json())["accepted"] == 2
     resp = await client.post(
@@ -61,7 +62,7 @@ async def test_a_refused_destination_is_a_run_event_on_both_streams(
 
     async with client.get(f"/api/v1/agent/runs/{run_id}/events", headers=auth(member)) as stream:
         refused = [e["data"] for e in await sse_support.collect(stream) if e["kind"] == "egress_refused"]
-    assert refused == [REFUSED["data"], {"host": "example.invalid", "port": 80, "reason": "not listed"}]
+    assert refused == [REFUSED_DATA, {"host": "example.invalid", "port": 80, "reason": "not listed"}]
 
     async with client.get(sse_support.TEAM_EVENTS, params={"after": "0-0"}, headers=auth(member)) as stream:
         seen: list[str] = []
@@ -78,7 +79,7 @@ async def test_malformed_refusals_are_422(aiohttp_client, worker_app, make_key, 
     key = await make_key("worker", worker_hosts=[HOST])
     run_id = await new_run(worker_host=HOST, agent_config=CLAUDE)
     token = await claimed(client, key, run_id)
-    good = REFUSED["data"]
+    good = REFUSED_DATA
     for data in (
         {**good, "port": 0},
         {**good, "port": "443"},

@@ -1,0 +1,128 @@
+"""The relay a sandboxed run starts with (docs/workers.md, "Network"): run by the system's Python inside
+the sandbox, so standard library only, and no import of factoryctl.
+
+``python3 -I egress_relay.py SOCKET [--forward PORT]... -- ARGV...`` listens on the sandbox's own loopback
+(a free port for the proxy, and each ``--forward`` port: a loopback model endpoint a CLI may reach without
+its proxy setting), then detaches a relay process and executes ARGV with ``HTTP_PROXY``, ``HTTPS_PROXY``,
+``ALL_PROXY`` (and their lower-case forms) naming the proxy port and ``NO_PROXY`` empty. Each connection is
+piped to the worker's egress proxy at the Unix socket SOCKET; a forwarded port's connections first ask
+the proxy for ``CONNECT 127.0.0.1:PORT``. The sockets listen before ARGV starts, so no connection is lost,
+and the relay ends with the sandbox (bubblewrap's pid namespace ends when ARGV does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+
+CHUNK = 65536
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+def listen(port: int) -> socket.socket:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen(128)
+    return server
+
+
+def pipe(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while data := source.recv(CHUNK):
+            target.sendall(data)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_WR)
+
+
+def open_tunnel(path: str, forward: int | None) -> socket.socket | None:
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    upstream.connect(path)
+    if forward is None:
+        return upstream
+    upstream.sendall(f"CONNECT 127.0.0.1:{forward} HTTP/1.1\r\nHost: 127.0.0.1:{forward}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head and len(head) < 65536:
+        data = upstream.recv(4096)
+        if not data:
+            break
+        head += data
+    if not head.startswith(b"HTTP/1.1 200"):
+        upstream.close()
+        return None
+    return upstream
+
+
+def relay(client: socket.socket, path: str, forward: int | None) -> None:
+    try:
+        upstream = open_tunnel(path, forward)
+    except OSError:
+        upstream = None
+    if upstream is None:
+        client.close()
+        return
+    back = threading.Thread(target=pipe, args=(upstream, client), daemon=True)
+    back.start()
+    pipe(client, upstream)
+    back.join()
+    client.close()
+    upstream.close()
+
+
+def serve(server: socket.socket, path: str, forward: int | None) -> None:
+    while True:
+        client, _ = server.accept()
+        threading.Thread(target=relay, args=(client, path, forward), daemon=True).start()
+
+
+def detach(servers: list[tuple[socket.socket, int | None]], path: str) -> None:
+    """Fork the relay off (twice: the sandbox's init reaps it, ARGV never sees a child it did not start)."""
+    if os.fork() != 0:
+        os.wait()
+        return
+    if os.fork() != 0:
+        os._exit(0)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    for server, forward in servers[1:]:
+        threading.Thread(target=serve, args=(server, path, forward), daemon=True).start()
+    serve(servers[0][0], path, servers[0][1])
+
+
+def main(args: list[str]) -> int:
+    if "--" not in args or not args or args[0].startswith("-"):
+        print("usage: egress_relay.py SOCKET [--forward PORT]... -- ARGV...", file=sys.stderr)
+        return 2
+    split = args.index("--")
+    path, options, argv = args[0], args[1:split], args[split + 1 :]
+    forwards = [int(options[i + 1]) for i, item in enumerate(options) if item == "--forward"]
+    servers: list[tuple[socket.socket, int | None]] = [(listen(0), None)]
+    for port in forwards:
+        try:
+            servers.append((listen(port), port))
+        except OSError as exc:
+            print(f"egress relay: cannot forward port {port}: {exc}", file=sys.stderr)
+    proxy = f"http://127.0.0.1:{servers[0][0].getsockname()[1]}"
+    detach(servers, path)
+    for server, _ in servers:
+        server.close()
+    os.environ.update(dict.fromkeys(PROXY_VARIABLES, proxy))
+    os.environ.update({"NO_PROXY": "", "no_proxy": ""})
+    if not argv:
+        return 0
+    try:
+        os.execvp(argv[0], argv)  # noqa: S606 - the run's own command, inside its sandbox
+    except OSError as exc:
+        print(f"egress relay: cannot run {argv[0]}: {exc}", file=sys.stderr)
+    return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

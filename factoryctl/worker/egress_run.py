@@ -1,0 +1,104 @@
+"""One run's network around its sandbox (docs/workers.md, "Network"): :func:`run_network`.
+
+Under ``none`` and ``allowlist`` it starts the run's :class:`~factoryctl.worker.egress.EgressProxy` on a
+Unix socket in a fresh egress directory (mode 0700, outside every workspace), copies the relay script
+beside it, and gives the run a sandbox whose processes start through the relay; when the run ends the
+proxy stops and the directory goes. ``open`` gives the sandbox the host's network. A run with no
+sandbox (``--sandbox none``, or nothing run-controlled) keeps the host's network and gets no proxy.
+Each choice is said on the run's log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+
+from factoryctl.worker.egress import EgressProxy, public_only
+from factoryctl.worker.job import Job
+from factoryctl.worker.netpolicy import EgressRules, model_endpoints
+from factoryctl.worker.presets.base import AgentEvent
+from factoryctl.worker.sandbox import PROXY_SOCKET, RELAY_FILE, SYSTEM_DIRS, Sandbox, SandboxNetwork
+
+RELAY_SOURCE = Path(__file__).with_name("egress_relay.py")
+SYSTEM_PYTHON = "/usr/bin/python3"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+EventSink = Callable[[Sequence[AgentEvent]], Awaitable[None]]
+LineSink = Callable[[str, str], Awaitable[None]]
+
+
+def relay_python() -> tuple[str, tuple[Path, ...]]:
+    """An interpreter the sandbox sees, and the directories to bind for it: the system's ``python3``
+    (inside the system directories every sandbox has), else this process's own, its prefix bound."""
+    if os.access(SYSTEM_PYTHON, os.X_OK):
+        return SYSTEM_PYTHON, ()
+    executable = os.path.realpath(sys.executable)
+    system = [Path(d).resolve() for d in SYSTEM_DIRS if os.path.isdir(d)]
+    prefix = Path(os.path.realpath(sys.base_prefix))
+    bound = () if any(prefix.is_relative_to(s) for s in system) else (prefix,)
+    return executable, bound
+
+
+def run_variables(job: Job, base: Mapping[str, str] | None) -> dict[str, str]:
+    """The variables the run's agent sees that can move its model endpoint."""
+    return {**(os.environ if base is None else base), **job.environment_variables()}
+
+
+@contextlib.asynccontextmanager
+async def run_network(
+    job: Job,
+    sandbox: Sandbox | None,
+    *,
+    preset: str | None,
+    base_env: Mapping[str, str] | None,
+    on_event: EventSink,
+    on_output: LineSink,
+) -> AsyncIterator[Sandbox | None]:
+    """The sandbox ``job``'s processes start in, with its network (``preset``: the agent preset's name,
+    which says where its model is; None for the command harness), for as long as the run lasts."""
+    if sandbox is None:
+        yield None
+        return
+    policy = job.network
+    if policy.mode == "open":
+        await on_output("system", "network: open (the host's network, chosen by the run's environment)")
+        yield sandbox.with_network(SandboxNetwork(share_host=True))
+        return
+    model = model_endpoints(preset, run_variables(job, base_env))
+    rules = EgressRules(policy, model)
+
+    async def refused(host: str, port: int, reason: str) -> None:
+        await on_event([AgentEvent("egress_refused", {"host": host, "port": port, "reason": reason})])
+        await on_output("system", f"network: refused {host}:{port} ({reason})")
+
+    directory = Path(tempfile.mkdtemp(prefix="factoryctl-egress-"))
+    proxy = EgressProxy(
+        rules, directory / PROXY_SOCKET, refusal=sandbox.address_refusal or public_only, on_refused=refused
+    )
+    try:
+        shutil.copyfile(RELAY_SOURCE, directory / RELAY_FILE)
+        await proxy.start()
+        python, python_dirs = relay_python()
+        forward = tuple(sorted({port for host, port in model if host in LOOPBACK_HOSTS}))
+        network = SandboxNetwork(egress=directory, python=python, python_dirs=python_dirs, forward=forward)
+        await on_output("system", describe(rules))
+        yield sandbox.with_network(network)
+    finally:
+        await proxy.close()
+        if proxy.unrecorded:
+            await on_output("system", f"network: {proxy.unrecorded} more refused destination(s) not recorded")
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def describe(rules: EgressRules) -> str:
+    """The run log's line about its network."""
+    model = ", ".join(f"{host}:{port}" for host, port in sorted(rules.model)) or "none"
+    listed = ", ".join(rules.policy.allow) or "nothing else"
+    allowed = f"; allowed: {listed}" if rules.policy.mode == "allowlist" else ""
+    mode = rules.policy.mode
+    return f"network: {mode} through the worker's egress proxy (model endpoint: {model}{allowed})"
