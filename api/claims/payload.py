@@ -6,7 +6,7 @@ Shape (read by :meth:`factoryctl.worker.job.Job.from_claim` from ``run``)::
              agent_config, model_id,
              attachments: [{file_name, mime_type, data (base64)}], followups: [{followup_id, mode}],
              attempt, worker_host, lease_expires_at, conversation_id, parent_run_id, metadata,
-             resume_session_id?, resume_transcript?},
+             resume_session_id?, resume_transcript?, network},
      "lease_seconds": 30, "lease_token": "..."}
 
 ``resume_session_id`` is the agent session an earlier attempt of the run recorded, for the preset to
@@ -22,6 +22,10 @@ Follow-ups still pending at claim time (sent before the run started, or the ones
 a finished run as a continuation) are appended to the prompt, since a freshly started harness
 has no other way to see them, and are marked delivered. Their text travels once, in the prompt:
 ``followups`` only names them (docs/workers.md, "Follow-ups").
+
+``network`` is the sandbox's network policy ``{mode, allow}``, computed from the environment as it is now
+(:func:`api.runs.network.network_policy`: its explicit ``network``, else an allowlist of its repositories'
+hosts; no environment: an empty allowlist).
 
 ``runner`` and ``skills`` are the run's definition objects (:mod:`api.claims.definitions`); ``skills``
 also lists the skills of a run request's ``config.skills`` after the first, resolved at creation (the first
@@ -54,6 +58,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api.claims.definitions import SKILL_UNAVAILABLE, definition_payload, definition_problem, run_secret_refs
 from api.claims.errors import NotLeaseHolder
 from api.claims.queue import pending_followups, report_state
+from api.runs.network import network_policy
 from api.runs.prepare import (
     SKILL_KEY,
     expand_servers,
@@ -128,6 +133,7 @@ async def claim_payload(
     environment = await _run_environment(session, run.team_id, config)  # read once, for both
     if isinstance(env_id, str) and env_id:
         body["environment"] = environment_payload(environment, env_id)
+    body["network"] = network_policy(environment.spec or {} if environment is not None else None)
     if config.get("mcp_servers"):  # references expanded; commands only from the environment (agent-config.md)
         body["mcp_servers"] = expand_servers(config, environment).servers
     body.update(await definition_payload(session, run, config))

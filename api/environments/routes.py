@@ -1,8 +1,9 @@
 """Environments over HTTP: ``GET/POST /api/v1/environments``, ``GET/PUT/DELETE /api/v1/environments/{name}``.
 
 An environment body has the shape of ``environments/<name>.yaml`` (``repos``, ``setup``, ``env``,
-``secrets``, ``setupTimeoutSeconds``, ``mcpServers``), checked against the same JSON Schema the reconciler
-uses, plus: every named team secret (``secrets`` and ``secret:NAME`` values of ``mcpServers``) must exist
+``secrets``, ``setupTimeoutSeconds``, ``mcpServers``, ``network``), checked against the same JSON Schema the
+reconciler uses, plus: the network policy's host patterns (:mod:`store.rules.network_policy`, FC012 in a
+definition); every named team secret (``secrets`` and ``secret:NAME`` values of ``mcpServers``) must exist
 and be ``run``-scoped, and every MCP server URL must pass the outbound address rules (:mod:`api.runs.mcp`).
 The stdio MCP servers defined here are the only commands a run can reference (docs/agent-config.md).
 ``{name}`` in the path is the name or the uid. Reads
@@ -28,18 +29,22 @@ from api.http.bodies import fail_on, field_error, read_json_object
 from api.http.pagination import single_page_info
 from api.http.paths import API_V1
 from api.runs import mcp
+from api.runs.network import network_policy
 from api.runs.prepare import find_environment
 from store import ids
 from store import secrets as secret_store
 from store.clock import rfc3339
 from store.models import Environment
+from store.rules.network_policy import network_problems
 
 MAX_BODY = 1_048_576
-SPEC_KEYS = ("repos", "setup", "env", "secrets", "setupTimeoutSeconds", mcp.ENVIRONMENT_KEY)
+SPEC_KEYS = ("repos", "setup", "env", "secrets", "setupTimeoutSeconds", mcp.ENVIRONMENT_KEY, "network")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def environment_json(row: Environment) -> dict[str, Any]:
+    """The row as the API shows it; ``network`` is the policy its runs get, the default included
+    (:func:`api.runs.network.network_policy`), next to the ``spec`` as written."""
     return {
         "uid": row.uid,
         "name": row.name,
@@ -47,6 +52,7 @@ def environment_json(row: Environment) -> dict[str, Any]:
         "factory_uid": row.factory_uid,
         "definition_path": row.definition_path,
         "spec": row.spec or {},
+        "network": network_policy(row.spec or {}),
         "created_at": rfc3339(row.created_at),
         "updated_at": rfc3339(row.updated_at),
     }
@@ -74,6 +80,7 @@ async def _spec_from(request: web.Request, body: dict[str, Any], team_id: str) -
     errors += spec_errors(spec)
     if not errors:
         errors += _repository_errors(spec)
+        errors += _network_errors(spec)
         errors += [field_error(where, why) for where, why in mcp.environment_problems(spec)]
     refs = [("secrets", n) for n in spec.get("secrets") or []]
     refs += [  # store.secrets names the fields mcp_servers.*; the body's key is mcpServers
@@ -97,6 +104,15 @@ def _repository_errors(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         field_error(f"repos.{index}.{key}", why)
         for index, key, why in safegit.repository_problems(spec.get("repos"))
+    ]
+
+
+def _network_errors(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rules definitions get as FC012 (docs/definitions.md, "Network policy"): host patterns, and
+    ``allow`` only with ``mode: allowlist``."""
+    return [
+        field_error(".".join(str(p) for p in ("network", *where)), why)
+        for where, why in network_problems(spec.get("network"))
     ]
 
 

@@ -1,0 +1,72 @@
+"""The network policy the claim hands a worker (docs/security.md, "Network policy"): the environment's
+explicit mode, or by default an allowlist of its repositories' hosts plus its own patterns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from api.runs.network import network_policy, repository_destination
+
+REPOS: list[dict[str, Any]] = [
+    {"url": "https://github.com/acme/app.git"},
+    {"url": "git@gitlab.example.com:acme/lib.git", "path": "lib"},
+    {"url": "ssh://git@git.example.org:2222/acme/tools.git"},
+    {"url": "https://GitHub.com/acme/other.git"},  # the same destination as the first
+    {"url": "/srv/git/local"},
+    {"url": "file:///srv/git/other"},
+]
+
+
+def test_no_environment_is_an_empty_allowlist() -> None:
+    assert network_policy(None) == {"mode": "allowlist", "allow": []}
+
+
+def test_the_default_is_the_repositories_hosts_with_their_ports() -> None:
+    assert network_policy({"repos": REPOS, "setup": ["make"]}) == {
+        "mode": "allowlist",
+        "allow": ["github.com:443", "gitlab.example.com:22", "git.example.org:2222"],
+    }
+    assert network_policy({}) == {"mode": "allowlist", "allow": []}
+
+
+def test_an_explicit_allowlist_adds_its_patterns_after_the_repositories() -> None:
+    spec = {
+        "repos": REPOS[:1],
+        "network": {"mode": "allowlist", "allow": ["*.NPMJS.org:443", "github.com:443", "[::1]:8080"]},
+    }
+    assert network_policy(spec) == {
+        "mode": "allowlist",
+        "allow": ["github.com:443", "*.npmjs.org:443", "[::1]:8080"],
+    }
+
+
+@pytest.mark.parametrize("mode", ["none", "open"])
+def test_none_and_open_carry_no_entries(mode: str) -> None:
+    assert network_policy({"repos": REPOS, "network": {"mode": mode}}) == {"mode": mode, "allow": []}
+
+
+def test_a_stored_pattern_that_no_longer_parses_is_left_out() -> None:
+    spec = {"network": {"mode": "allowlist", "allow": ["ok.example", "https://bad.example", 7]}}
+    assert network_policy(spec) == {"mode": "allowlist", "allow": ["ok.example"]}
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://user:token@github.com/acme/app.git", "github.com:443"),
+        ("http://git.example:8080/a.git", "git.example:8080"),
+        ("git://git.example/a.git", "git.example:9418"),
+        ("git+ssh://git.example/a.git", "git.example:22"),
+        ("https://[2001:db8::1]/a.git", "[2001:db8::1]:443"),
+        ("github.com:acme/app.git", "github.com:22"),
+        ("/srv/git/a", None),
+        ("ext::sh -c x", None),
+        ("https://", None),
+        ("https://bad_host!/x", None),
+    ],
+)
+def test_repository_destinations(url: str, shown: str | None) -> None:
+    found = repository_destination(url)
+    assert (str(found) if found else None) == shown
