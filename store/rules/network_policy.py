@@ -8,7 +8,7 @@ one of :data:`MODES`, ``allow`` a list of at most :data:`MAX_ALLOW` strings) is 
 
 - a pattern is an exact host (``github.com``), a wildcard of its subdomains (``*.example.com``: any
   depth, never ``example.com`` itself), an IPv4 literal or a bracketed IPv6 literal (``[2001:db8::1]``),
-  each with an optional ``:port`` (1-65535; without one, every port of the host is allowed). No scheme,
+  each with an optional ``:port`` (1-65535; without one, the worker's proxy allows ports 443 and 80). No scheme,
   user, path, CIDR range or ``*`` elsewhere than as the first label, and a wildcard covers at least two
   labels (``*.com`` would be most of the internet: say ``mode: open`` instead);
 - ``allow`` is read only with ``mode: allowlist``: a non-empty ``allow`` with ``none`` or ``open`` is an
@@ -37,7 +37,7 @@ class BadPattern(ValueError):
 @dataclass(frozen=True, order=True)
 class HostPattern:
     """One allowed destination: ``host`` in lower case (``*.`` first for a wildcard, an IPv6 literal
-    without brackets) and ``port`` (None: every port)."""
+    without brackets) and ``port`` (None: 443 and 80)."""
 
     host: str
     port: int | None = None
