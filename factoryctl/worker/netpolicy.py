@@ -25,7 +25,7 @@ Mode = Literal["none", "allowlist", "open"]
 MODES: tuple[Mode, ...] = ("none", "allowlist", "open")
 DEFAULT_PORTS = (443, 80)  # what a pattern without a port matches
 HTTPS_PORT, HTTP_PORT = 443, 80
-MAX_PATTERNS = 200
+MAX_PATTERNS = 1000  # the server sends its environment's 100 patterns plus its repositories' hosts
 _LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
 # The model endpoint of each agent preset: the variable that moves it, and the provider's own host.
 MODEL_VARIABLES: dict[str, tuple[str, str]] = {
