@@ -8,6 +8,10 @@ change applied after the run was queued reaches it, and a runner or skill delete
 ``{name, error}`` entry, which ends the run FAILED (``runner_unavailable`` / ``skill_unavailable``) before
 any worker receives it (:func:`api.claims.payload.complete_claim`).
 
+A run request's ``skills`` are skill *specs* in the same key (:mod:`api.runs.skill_list`): the ones after the
+first were resolved when the run was created and are stored on the run; the claim appends them, in order,
+after the definition objects (docs/agent-config.md, "Skills").
+
 The run's team secrets by name (``secrets``, and ``harness.auth.secret_name`` when ``harness.auth.source``
 is ``managedSecret``) are the third definition-only key: :func:`run_secret_refs`.
 """
@@ -20,6 +24,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.runs.skill_list import EXTRA_SKILLS_KEY, is_spec, request_specs
 from store.models import FactoryObject, Run
 
 RUNNER_UNAVAILABLE = "runner_unavailable"
@@ -43,9 +48,10 @@ async def definition_payload(session: AsyncSession, run: Run, config: Mapping[st
     """``runner`` and ``skills`` of the claim answer (only the keys the run's config names)."""
     runner = config.get("runner")
     runner = runner if isinstance(runner, str) and runner else None
-    skills = [n for n in config.get("skills") or [] if isinstance(n, str) and n]
+    skills = [n for n in config.get("skills") or [] if isinstance(n, str) and n and not is_spec(n)]
+    extras = listed_skills(run.agent_config or {})
     if runner is None and not skills:
-        return {}
+        return {"skills": extras} if extras else {}
     found: dict[tuple[str, str], dict[str, Any]] = {}
     if run.factory_uid:
         stmt = select(FactoryObject.kind, FactoryObject.name, FactoryObject.spec).where(
@@ -59,12 +65,27 @@ async def definition_payload(session: AsyncSession, run: Run, config: Mapping[st
     if runner is not None:
         spec = found.get(("runner", runner))
         out["runner"] = runner_json(runner, spec) if spec is not None else _missing("runner", runner, run)
-    if skills:
+    if skills or extras:
         out["skills"] = [
             skill_json(name, spec) if (spec := found.get(("skill", name))) is not None
             else _missing("skill", name, run)
             for name in skills
-        ]  # fmt: skip
+        ] + extras  # fmt: skip
+    return out
+
+
+def listed_skills(stored: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The run request's skills after the first, as resolved at creation (:data:`EXTRA_SKILLS_KEY`); an
+    entry for each listed spec that was not (never expected: the run then fails ``skill_unavailable``)."""
+    specs = request_specs(stored)[1:]
+    resolved = {s.get("name"): s for s in stored.get(EXTRA_SKILLS_KEY) or [] if isinstance(s, Mapping)}
+    out: list[dict[str, Any]] = []
+    for spec in specs:
+        skill = resolved.get(spec)
+        if skill is None:
+            out.append({"name": spec, "error": f"skill {spec!r} was not resolved when the run was created"})
+        else:
+            out.append(skill_json(spec, skill))
     return out
 
 

@@ -12,22 +12,22 @@ defaults is worse than an error. Only the request layer is validated here; the o
 checked when their definitions applied, and unknown keys in them are dropped on resolution.
 
 A skill spec is also checked for what the resolver refuses (``..``, absolute paths: the same function,
-:func:`api.runs.skills.parse_skill_spec`); ``harness`` may only choose the ``type`` (with the SDK's
-``model_id`` and ``reasoning_level``) — the command a worker runs is the worker's own, and definitions
-refuse ``harness.command`` the same way (docs/definitions.md).
+:func:`api.runs.skills.parse_skill_spec`), and so is each of ``skills``, the SDK's ordered list whose first
+is the run's primary skill (:mod:`api.runs.skill_list`). ``harness`` may only choose the ``type`` (with the
+SDK's ``model_id`` and ``reasoning_level``) — the command a worker runs is the worker's own, and
+definitions refuse ``harness.command`` the same way (docs/definitions.md).
 Likewise an MCP server may not name a ``command`` (only an environment defines one, a run references it by
 name) and its URL obeys the outbound address rules: :mod:`api.runs.mcp`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from api.http.bodies import field_error
 from api.runs import mcp
-from api.runs.skills import SkillUnavailable, parse_skill_spec
+from api.runs.skill_list import spec_problem, validate_skills, with_primary
 
 CONFIG_KEYS = (
     "name",
@@ -36,6 +36,7 @@ CONFIG_KEYS = (
     "environment_id",
     "worker_host",
     "skill_spec",
+    "skills",
     "mcp_servers",
     "harness",
     "harness_auth_secrets",
@@ -51,7 +52,6 @@ UNSUPPORTED_KEYS = (
     "memory_stores",
     "runner_id",
     "session_sharing",
-    "skills",
 )
 # harness_auth_secrets: the managed secret that is each preset's credential (the SDK's two, and gemini's).
 AUTH_SECRET_KEYS = {
@@ -59,8 +59,9 @@ AUTH_SECRET_KEYS = {
     "codex": "codex_auth_secret_name",
     "gemini": "gemini_auth_secret_name",
 }
-# Keys only definitions set (an automation, its agent), never a run request (docs/agent-config.md).
-DEFINITION_KEYS = ("runner", "secrets", "skills")
+# Keys only definitions set (an automation, its agent), never a run request (docs/agent-config.md). Their
+# ``skills`` (object names) share the request's key (skill specs): api/runs/skill_list.py tells them apart.
+DEFINITION_KEYS = ("runner", "secrets")
 # The agent CLI presets (docs/agents.md): a run asking for one is claimed only by a worker offering it.
 PRESET_HARNESSES = ("claude", "codex", "gemini")
 HARNESS_TYPES = ("oz", "echo", "command", *PRESET_HARNESSES)  # oz: the worker's default (the SDKs' default)
@@ -68,7 +69,6 @@ HARNESS_KEYS = ("type", "model_id", "reasoning_level")  # the SDK's harness fiel
 SERVICE_HOSTED = "warp"  # the literal worker_host that means "service-hosted workers"
 
 _SHORT_KEYS = {"name": 200, "model_id": 200, "environment_id": 200, "worker_host": 200}
-_SKILL_SPEC = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+:[^\s:][^:]*$")
 MAX_BASE_PROMPT = 100_000
 MAX_MCP_SERVERS = 50
 
@@ -84,7 +84,8 @@ def resolve_config(
     ``harness`` merges field by field, from the lowest layer up: a layer's fields override the ones below,
     and a layer naming another ``type`` starts afresh (drops the inherited ``auth`` and ``reasoning_level``)
     (docs/definitions.md, "Inheritance"). :data:`DEFINITION_KEYS` come from the lower layers only: a run
-    request cannot set them (its validation refuses them too).
+    request cannot set them (its validation refuses them too). A ``skills`` list of specs makes its first
+    the ``skill_spec`` (:func:`api.runs.skill_list.with_primary`).
     """
     layers = [layer for layer in (request, automation, agent_defaults, server_defaults) if layer]
     defined = [layer for layer in (automation, agent_defaults, server_defaults) if layer]
@@ -99,7 +100,7 @@ def resolve_config(
     harness = merged_harness(layers)
     if harness:
         resolved["harness"] = harness
-    return with_auth_secret(resolved)
+    return with_auth_secret(with_primary(resolved))
 
 
 def with_auth_secret(config: dict[str, Any]) -> dict[str, Any]:
@@ -180,10 +181,10 @@ def validate_config(obj: Any, *, field: str = "config") -> list[dict[str, Any]]:
     skill = obj.get("skill_spec")
     skill_errors = _check_string(skill, f"{field}.skill_spec", max_len=500)
     if not skill_errors and skill is not None:
-        problem = _skill_spec_problem(skill)
+        problem = spec_problem(skill)
         if problem is not None:
             skill_errors.append(field_error(f"{field}.skill_spec", problem))
-    errors += skill_errors
+    errors += skill_errors + validate_skills(obj, field)
     errors += validate_mcp_servers(obj.get("mcp_servers"), field=f"{field}.mcp_servers")
     errors += _check_harness(obj.get("harness"), f"{field}.harness")
     return errors
@@ -206,19 +207,7 @@ def _check_auth_secrets(value: Any, where: str) -> list[dict[str, Any]]:
 
 
 def validate_skill_spec(value: str) -> bool:
-    return _skill_spec_problem(value) is None
-
-
-def _skill_spec_problem(value: str) -> str | None:
-    """Why ``value`` is not a usable skill spec: its shape, then what the resolver refuses (``..``,
-    absolute paths, bad owner or repository names), so an unsafe spec is a 422 before any lookup."""
-    if not _SKILL_SPEC.match(value):
-        return "must be 'owner/repo:skill-name' or 'owner/repo:path/to/SKILL.md'"
-    try:
-        parse_skill_spec(value)
-    except SkillUnavailable as exc:
-        return str(exc)
-    return None
+    return spec_problem(value) is None
 
 
 def validate_mcp_servers(value: Any, *, field: str = "mcp_servers") -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 :func:`finalize_config` is what makes every key mean something at creation time (docs/agent-config.md): the
 skill is resolved (its body stored on the run under the private key :data:`SKILL_KEY`, its name
-filling ``config.name`` when none was given), the environment must exist in the team, and every
+filling ``config.name`` when none was given), and so is each other skill of a ``skills`` list (stored under
+:data:`api.runs.skill_list.EXTRA_SKILLS_KEY`), the environment must exist in the team, and every
 ``secret:NAME`` reference (in MCP ``env``/``headers`` values and in the environment's ``secrets``)
 must name an existing, ``run``-scoped team secret (:func:`store.secrets.run_problem`: a webhook's secret
 never reaches a run, whoever creates it; docs/management.md, "Team secrets"). MCP servers are expanded
@@ -26,6 +27,7 @@ from api import ValidationFailed
 from api.context import SETTINGS
 from api.http.bodies import field_error
 from api.runs import mcp
+from api.runs.skill_list import EXTRA_SKILLS_KEY, extra_skill, request_specs, unique_names, with_primary
 from api.runs.skills import ResolvedSkill, SkillResolver, SkillUnavailable, factory_repositories
 from store import secrets as secret_store
 from store.models import Environment, Factory
@@ -89,8 +91,8 @@ async def finalize_config(
     field: str = "config",
     skill_field: str | None = None,
 ) -> dict[str, Any]:
-    """Resolve the skill and check environment and secret references; raises ValidationFailed (422)."""
-    out = dict(config)
+    """Resolve the skill(s) and check environment and secret references; raises ValidationFailed (422)."""
+    out = with_primary(config)
     errors: list[dict[str, Any]] = []
     needed: list[tuple[str, str]] = []
     env_id = out.get("environment_id")
@@ -115,18 +117,44 @@ async def finalize_config(
             if problem is not None:
                 errors.append(field_error(where, problem))
     spec = out.get("skill_spec")
+    listed = out.get("skills") if request_specs(out) else None
     if isinstance(spec, str) and spec and not errors:  # last: a run refused anyway clones nothing
         try:
             skill = await resolve_skill(session, resolver, team_id, spec)
         except SkillUnavailable as exc:
-            errors.append(field_error(skill_field or f"{field}.skill_spec", str(exc)))
+            where = f"{field}.skills[0]" if listed else skill_field or f"{field}.skill_spec"
+            errors.append(field_error(where, str(exc)))
         else:
             out.update(with_skill(out, skill))
+        if isinstance(listed, list) and len(listed) > 1:
+            extras, problems = await resolve_extra_skills(
+                session, resolver, team_id, listed, f"{field}.skills"
+            )
+            errors += problems
+            out[EXTRA_SKILLS_KEY] = extras
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ValidationFailed(f"{first['field']}: {first['message']}{more}", errors=errors)
     return out
+
+
+async def resolve_extra_skills(
+    session: AsyncSession, resolver: SkillResolver, team_id: str, listed: list[Any], where: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The skills of ``listed`` after the first (the primary) as the claim sends them, and a field error
+    at ``where[i]`` for each that cannot be resolved (docs/agent-config.md, "Skills")."""
+    repos = await skill_repositories(session, team_id)
+    extras: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    for i, spec in enumerate(listed[1:], start=1):
+        try:
+            skill = await asyncio.to_thread(resolver.resolve, str(spec), repos=repos)
+        except SkillUnavailable as exc:
+            errors.append(field_error(f"{where}[{i}]", str(exc)))
+        else:
+            extras.append(extra_skill(skill))
+    return unique_names(extras), errors
 
 
 def expand_servers(config: Mapping[str, Any], environment: Environment | None) -> mcp.Expanded:

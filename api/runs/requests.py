@@ -23,6 +23,7 @@ from api.http.bodies import field_error
 from api.runs.config import validate_config, validate_skill_spec
 from api.runs.new_run import NewAttachment
 from api.runs.records import RunFilters
+from api.runs.skill_list import primary_skill
 from api.runs.states import RunState
 from store.rules.vocabulary import RUN_SOURCES
 
@@ -81,10 +82,12 @@ def parse_run_request(body: Mapping[str, Any], *, max_attachment_bytes: int) -> 
             )
         elif config.get("skill_spec") is not None:
             errors.append(field_error("skill", "give either skill or config.skill_spec, not both"))
+        elif config.get("skills") is not None:
+            errors.append(field_error("skill", "give either skill or config.skills, not both"))
         else:
             config["skill_spec"] = skill
     prompt = body.get("prompt") if isinstance(body.get("prompt"), str) else None
-    if not (prompt and prompt.strip()) and not config.get("skill_spec") and "prompt" not in _fields(errors):
+    if not (prompt and prompt.strip()) and not primary_skill(config) and "prompt" not in _fields(errors):
         errors.append(field_error("prompt", "is required unless a skill is given"))
     if prompt is not None and len(prompt) > MAX_PROMPT:
         errors.append(field_error("prompt", f"must be at most {MAX_PROMPT} characters"))

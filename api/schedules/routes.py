@@ -35,6 +35,7 @@ from api.runs.event_hub import runs_queued
 from api.runs.prepare import SKILLS, finalize_config, install_resolver
 from api.runs.requests import MAX_PROMPT, validate_metadata
 from api.runs.routes import creator_of
+from api.runs.skill_list import primary_skill, with_primary
 from api.schedules.firing import start_run
 from api.schedules.serialize import automation_views, schedule_item
 from store import ids
@@ -102,7 +103,8 @@ def parse_body(body: Mapping[str, Any], *, update: bool) -> ScheduleBody:
         timezone=timezone,
         enabled=enabled if isinstance(enabled, bool) else None,
         prompt=prompt if isinstance(prompt, str) else None,
-        agent_config=dict(config) if isinstance(config, Mapping) else None,
+        # the first of ``skills`` also stored as ``skill_spec``, as the SDK shows it (api/runs/skill_list.py)
+        agent_config=with_primary(config) if isinstance(config, Mapping) else None,
         metadata=dict(metadata) if isinstance(metadata, Mapping) else None,
     )
 
@@ -144,9 +146,11 @@ def timezone_errors(name: str) -> list[dict[str, Any]]:
 
 def prompt_errors(prompt: str | None, config: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The run API's rule: a prompt, unless a skill says what to do."""
-    if (prompt and prompt.strip()) or config.get("skill_spec"):
+    if (prompt and prompt.strip()) or primary_skill(config):
         return []
-    return [field_error("prompt", "is required unless agent_config.skill_spec is given")]
+    return [
+        field_error("prompt", "is required unless agent_config.skill_spec or agent_config.skills is given")
+    ]
 
 
 def next_fire_at(expr: str, timezone: str, enabled: bool, now: dt.datetime) -> dt.datetime | None:
