@@ -74,6 +74,9 @@ async def start_run(
         config = automation_config(automation.config, automation.agent, agents, worker_host)
         factory_uid, automation_id, agent = automation.factory_uid, automation.uid, automation.agent
     else:
+        # A definition's prompt schedule belongs to its factory like its automations do: its runs are
+        # the factory's (runs list --factory, the console's filter; docs/schedules.md). API-made: none.
+        factory_uid = schedule.factory_uid
         prompt, title = schedule.prompt or "", schedule.name
         config = resolve_config(schedule.agent_config, None, None, None)
         if not prompt.strip() and not config.get("skill_spec"):
