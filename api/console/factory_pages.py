@@ -16,8 +16,10 @@ from typing import Any, Final
 from aiohttp import web
 from sqlalchemy import select
 
+from api.console import delivery_views
 from api.console.definition_views import load_definitions, trigger_views
-from api.console.rendering import or_404, pretty_json, render, when
+from api.console.delivery_views import delivery_view
+from api.console.rendering import or_404, render
 from api.console.security import changing, signed_in
 from api.console.sessions import ConsoleUser
 from api.context import CLOCK, SESSIONS, SETTINGS
@@ -26,14 +28,12 @@ from api.errors import ApiError
 from api.factories.reconcile import request_reconcile
 from api.factories.routes import factory_detail, load_factory
 from api.factories.serialize import apply_json
-from api.ingress.pipeline import ACCEPTED
-from api.management.deliveries import WITH_RUNS, Entry, parse_payload, read_log
+from api.management.deliveries import read_log
 from api.management.replay import replay
 from api.management.webhook_rules import AUTH_MODES, parse_create
 from api.management.webhooks import add_webhook, load_webhook, remove, rotate, set_enabled, webhook_view
 from api.notifications.serialize import endpoint_json
 from api.schedules.serialize import automation_views, schedule_item
-from store.clock import rfc3339
 from store.models import ApplyRecord, Environment, Factory, NotificationEndpoint, Schedule
 from store.rules.vocabulary import SIGNATURE_SCHEMES
 
@@ -147,22 +147,6 @@ async def create_webhook(request: web.Request) -> web.StreamResponse:
 # --- one webhook -----------------------------------------------------------------------------------
 
 
-def _delivery_view(entry: Entry, runs: list[str]) -> dict[str, Any]:
-    stored = entry.status in WITH_RUNS  # only these keep their payload
-    payload = pretty_json(parse_payload(entry.payload)) if stored and entry.payload is not None else None
-    return {
-        "delivery_id": entry.delivery_id,
-        "status": entry.status,
-        "size": entry.size,
-        "received_at": when(entry.received_at),
-        "received_iso": rfc3339(entry.received_at),
-        "detail": entry.detail,
-        "run_ids": runs if stored else [],
-        "payload": payload,
-        "replayable": entry.status == ACCEPTED,
-    }
-
-
 async def _webhook_response(
     request: web.Request,
     user: ConsoleUser,
@@ -188,7 +172,7 @@ async def _webhook_response(
         "factory": {"uid": factory.uid, "name": factory.name, "managed_by": factory.managed_by},
         "hook": hook,
         "definition_path": row.definition_path,
-        "deliveries": [_delivery_view(e, runs.get(e.delivery_id, [])) for e in entries],
+        "deliveries": [delivery_view(e, runs.get(e.delivery_id, [])) for e in entries],
         "secret": secret,
         "secret_url": secret_url,
         "deferred": deferred,
@@ -268,3 +252,4 @@ def setup(app: web.Application) -> None:
     app.router.add_post(base + "/webhooks/{wid}/rotate-secret", rotate_webhook_secret)
     app.router.add_post(base + "/webhooks/{wid}/delete", delete_webhook)
     app.router.add_post(base + "/webhooks/{wid}/replay", replay_delivery)
+    delivery_views.setup(app)

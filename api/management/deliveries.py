@@ -3,7 +3,9 @@ log" and "Test filter").
 
 The log is read newest first by its insertion sequence (``seq``), so pages are stable while deliveries
 keep arriving. Only Accepted entries, and the Replayed entries a replay writes (:mod:`.replay`), store a
-payload and start runs (``run_ids``); Duplicate and Rejected entries are metadata.
+payload and start runs (``run_ids``); Duplicate and Rejected entries are metadata. Those entries also
+store their decisions (:mod:`api.ingress.decisions`), shown with the run each matched automation started
+and its current state, found through the runs' (webhook, delivery ID, automation) columns.
 
 Test filter mirrors what ingress does with a delivery: it uses the automation's routing rows (one per
 webhook trigger and selected webhook UID, with that trigger's payload filter) and the same compiled
@@ -62,7 +64,10 @@ COLUMNS = (
     Delivery.size,
     Delivery.received_at,
     Delivery.detail,
+    Delivery.decisions,
 )
+# ``outcome`` of the log's list: entries that store a payload and started at least one run, or none.
+OUTCOMES = ("runs", "no_runs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,32 +81,70 @@ class Entry:
     size: int
     received_at: dt.datetime
     detail: str | None
+    decisions: list[Any] | None = None
     payload: bytes | None = None
 
 
-def delivery_json(row: Entry, run_ids: list[str]) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class RunRef:
+    """A run a delivery started, with its automation and current state."""
+
+    run_id: str
+    automation_id: str | None
+    state: str
+
+
+def decisions_json(row: Entry, runs: list[RunRef]) -> list[dict[str, Any]] | None:
+    """The entry's decisions with the run each matched automation started (docs/management.md,
+    "Delivery log"); None when none were recorded (an entry that starts no runs, or one from before
+    decisions were recorded, or a GitHub App delivery)."""
+    if row.decisions is None or row.status not in WITH_RUNS:
+        return None
+    first: dict[str | None, RunRef] = {}
+    for run in runs:
+        first.setdefault(run.automation_id, run)
+    shown = []
+    for d in row.decisions:
+        found = first.get(d.get("automation_uid")) if d.get("matched") else None
+        shown.append(
+            {
+                "automation_uid": d.get("automation_uid"),
+                "automation_name": d.get("automation_name"),
+                "enabled": d.get("enabled", True),
+                "matched": bool(d.get("matched")),
+                "run_id": found.run_id if found else None,
+                "run_state": found.state if found else None,
+                "reason": d.get("reason"),
+                "failed_path": d.get("failed_path"),
+            }
+        )
+    return shown
+
+
+def delivery_json(row: Entry, runs: list[RunRef]) -> dict[str, Any]:
     return {
         "delivery_id": row.delivery_id,
         "webhook_uid": row.webhook_uid,
         "status": row.status,
         "size": row.size,
         "received_at": rfc3339(row.received_at),
-        "run_ids": run_ids if row.status in WITH_RUNS else [],
+        "run_ids": [r.run_id for r in runs] if row.status in WITH_RUNS else [],
         "detail": row.detail,
+        "decisions": decisions_json(row, runs),
     }
 
 
-async def _run_ids(session: AsyncSession, webhook_uid: str, delivery_ids: set[str]) -> dict[str, list[str]]:
+async def _runs(session: AsyncSession, webhook_uid: str, delivery_ids: set[str]) -> dict[str, list[RunRef]]:
     """Runs started by these deliveries of one webhook, oldest first."""
-    found: dict[str, list[str]] = defaultdict(list)
+    found: dict[str, list[RunRef]] = defaultdict(list)
     if delivery_ids:
         stmt = (
-            select(Run.delivery_id, Run.run_id)
+            select(Run.delivery_id, Run.run_id, Run.automation_id, Run.state)
             .where(Run.webhook_uid == webhook_uid, Run.delivery_id.in_(delivery_ids))
             .order_by(Run.created_at, Run.run_id)
         )
-        for delivery_id, run_id in (await session.execute(stmt)).all():
-            found[delivery_id or ""].append(run_id)
+        for delivery_id, run_id, automation_id, state in (await session.execute(stmt)).all():
+            found[delivery_id or ""].append(RunRef(run_id, automation_id, state))
     return found
 
 
@@ -123,23 +166,33 @@ async def read_log(
     statuses: list[str] | None = None,
     before: int | None = None,
     payloads: bool = False,
-) -> tuple[list[Entry], dict[str, list[str]]]:
+    outcome: str | None = None,
+) -> tuple[list[Entry], dict[str, list[RunRef]]]:
     """A webhook's log newest first (API and console): ``limit`` entries before sequence ``before``, with
-    their payloads when asked, and the runs the entries that start runs started."""
+    their payloads when asked, and the runs the entries that start runs started. ``outcome`` (one of
+    :data:`OUTCOMES`) keeps the entries that store a payload and started runs, or started none."""
     stmt = select(*COLUMNS, *((Delivery.payload,) if payloads else ())).where(
         Delivery.webhook_uid == wid, Delivery.team_id == team_id
     )
     if statuses:
         stmt = stmt.where(Delivery.status.in_(statuses))
+    if outcome is not None:
+        started = (
+            select(Run.run_id)
+            .where(Run.webhook_uid == Delivery.webhook_uid, Run.delivery_id == Delivery.delivery_id)
+            .exists()
+        )
+        stmt = stmt.where(Delivery.status.in_(WITH_RUNS), started if outcome == "runs" else ~started)
     if before is not None:
         stmt = stmt.where(Delivery.seq < before)
     rows = [Entry(*r) for r in await session.execute(stmt.order_by(Delivery.seq.desc()).limit(limit))]
-    runs = await _run_ids(session, wid, {r.delivery_id for r in rows if r.status in WITH_RUNS})
+    runs = await _runs(session, wid, {r.delivery_id for r in rows if r.status in WITH_RUNS})
     return rows, runs
 
 
 async def list_deliveries(request: web.Request) -> web.Response:
-    """``GET .../{wid}/deliveries`` (member): newest first; ``status`` (repeatable), ``limit``, ``cursor``."""
+    """``GET .../{wid}/deliveries`` (member): newest first; ``status`` (repeatable), ``outcome``, ``limit``,
+    ``cursor``."""
     who = await require(request, "member")
     uid, wid = request.match_info["uid"], request.match_info["wid"]
     errors: list[dict[str, Any]] = []
@@ -150,8 +203,17 @@ async def list_deliveries(request: web.Request) -> web.Response:
             errors.append(
                 field_error("status", f"unknown status {status!r}; use one of: {', '.join(LOG_STATUSES)}")
             )
+    outcome = request.query.get("outcome")
+    if outcome is not None and outcome not in OUTCOMES:
+        errors.append(
+            field_error(
+                "outcome",
+                f"unknown outcome {outcome!r}; use runs (started at least one run) or no_runs"
+                " (accepted, started nothing)",
+            )
+        )
     fail_on(errors)
-    fp = fingerprint({"list": "deliveries", "webhook": wid, "status": statuses})
+    fp = fingerprint({"list": "deliveries", "webhook": wid, "status": statuses, "outcome": outcome})
     before: int | None = None
     after = page_after(request.query, fp)
     if after is not None:
@@ -162,7 +224,9 @@ async def list_deliveries(request: web.Request) -> web.Response:
         before = int(after.row_id)
     async with sessions(request)() as session:
         await load_webhook(session, who.team_id, uid, wid)
-        fetched, runs = await read_log(session, who.team_id, wid, limit + 1, statuses=statuses, before=before)
+        fetched, runs = await read_log(
+            session, who.team_id, wid, limit + 1, statuses=statuses, before=before, outcome=outcome
+        )
         rows, last = split_page(fetched, limit)
     return web.json_response(
         {
@@ -196,7 +260,7 @@ async def get_delivery(request: web.Request) -> web.Response:
         if row is None:
             raise ResourceNotFound(f"webhook {wid} has no delivery {delivery_id!r} in its log")
         found = Entry(*row)
-        runs = await _run_ids(session, wid, {delivery_id} if found.status in WITH_RUNS else set())
+        runs = await _runs(session, wid, {delivery_id} if found.status in WITH_RUNS else set())
     body = delivery_json(found, runs.get(delivery_id, []))
     if found.status in WITH_RUNS:
         body["payload"] = parse_payload(found.payload)
@@ -342,7 +406,7 @@ async def evaluate_filter(
         "result": WOULD_TRIGGER if passed else WOULD_NOT_TRIGGER,
         "webhook_check": webhook_check,
         "payload_check": payload_check,
-        "delivery": {k: v for k, v in delivery_json(entry, []).items() if k != "run_ids"},
+        "delivery": {k: v for k, v in delivery_json(entry, []).items() if k not in ("run_ids", "decisions")},
     }
 
 
