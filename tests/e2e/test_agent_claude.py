@@ -17,16 +17,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sqlite3
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from agent_support import Agent, Ran, Stack, agent_stack, installed_cli, scripted_agent
 from agents.anthropic_server import (
     INPUT_TOKENS,
     OUTPUT_TOKENS,
@@ -34,93 +31,31 @@ from agents.anthropic_server import (
     model_requests,
     transcript_text,
 )
-from agents.scripted import Failure, Script, ScriptedServer, Text, ToolCall
-from serve_support import Served, run_cli, run_events, running, serving, stop, wait_for
+from agents.scripted import Failure, Script, Text, ToolCall
+from serve_support import wait_for
 
-from factoryctl.client import FactoryClient
 from factoryctl.worker.job import Job
-from factoryctl.worker.presets import base
-from factoryctl.worker.presets.base import Context, Verdict
+from factoryctl.worker.presets.base import Verdict
 from factoryctl.worker.presets.claude import PRESET
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-CLAUDE = REPO / "node_modules" / ".bin" / "claude"
 MODEL = "claude-sonnet-4-5"
 
 
 def claude_cli() -> str:
-    found = str(CLAUDE) if CLAUDE.exists() else shutil.which("claude")
-    if found is None:
-        pytest.skip(
-            "the Claude Code CLI is not installed: run `npm ci` (package.json pins @anthropic-ai/claude-code)"
-        )
-    return found
+    return installed_cli("claude", "@anthropic-ai/claude-code")
 
 
-@dataclass
-class Ran:
-    code: int
-    stdout: str
-    stderr: str
-    events: list[base.AgentEvent]
-    verdict: Verdict | None
-    plain: list[str]  # stdout lines the parser did not recognise
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [dict(e.data) for e in self.events if e.kind == kind]
-
-
-@dataclass
-class Agent:
-    """One run's workspace and agent home, and the scripted model the CLI talks to."""
-
-    root: Path
-    server: ScriptedServer
-    cli: str
-
-    @property
-    def workspace(self) -> Path:
-        return self.root / "workspace"
-
-    @property
-    def home(self) -> Path:
-        return self.root / "workspace.home"
-
+class ClaudeAgent(Agent):
     def run(self, prompt: str, *, resume: str | None = None, **job: Any) -> Ran:
-        """Start the CLI exactly as the preset says (argv, env, files under the agent home, the prompt on
-        stdin, in the workspace) and parse its stdout line by line."""
+        """Start the CLI exactly as the preset says (the prompt on stdin, ``FACTORY_OUTPUTS`` set) and
+        parse its stdout line by line."""
         env = {"ANTHROPIC_BASE_URL": self.server.url, "ANTHROPIC_API_KEY": "sk-ant-api-scripted"}
         config = {"harness": {"type": "claude", "model_id": MODEL}}
         the_job = Job(run_id="run_claude_e2e", prompt=prompt, agent_config=config, **job)
-        invocation = PRESET.invocation(
-            the_job, self.cli, Context(self.workspace, self.home, resume=resume, env=env)
-        )
-        for name, text in invocation.files.items():
-            path = self.home / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        outputs = self.workspace / "outputs"
-        base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "FACTORY_OUTPUTS": str(outputs)}
-        done = subprocess.run(
-            invocation.argv,
-            cwd=self.workspace,
-            env={**base_env, **invocation.env},
-            input=invocation.stdin,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        parser = PRESET.parser()
-        events: list[base.AgentEvent] = []
-        plain = []
-        for line in done.stdout.splitlines():
-            if parser.is_structured(line):
-                events += parser.feed(line)
-            else:
-                plain.append(line)
-        return Ran(done.returncode, done.stdout, done.stderr, events, parser.verdict(), plain)
+        outputs = {"FACTORY_OUTPUTS": str(self.workspace / "outputs")}
+        return self.invoke(PRESET, the_job, resume=resume, env=env, process_env=outputs)
 
 
 @pytest.fixture
@@ -129,16 +64,13 @@ def script() -> Script:
 
 
 @pytest.fixture
-def agent(tmp_path: Path, script: Script) -> Iterator[Agent]:
-    cli = claude_cli()
-    (tmp_path / "workspace" / "outputs").mkdir(parents=True)
-    (tmp_path / "workspace.home").mkdir(mode=0o700)
-    with ScriptedServer(anthropic_app(script)) as server:
-        yield Agent(tmp_path, server, cli)
+def agent(tmp_path: Path, script: Script) -> Iterator[ClaudeAgent]:
+    with scripted_agent(ClaudeAgent, tmp_path, anthropic_app(script), claude_cli()) as agent:
+        yield agent
 
 
 def test_claude_runs_tools_then_answers_and_a_resume_shows_the_model_the_earlier_turns(
-    agent: Agent, script: Script
+    agent: ClaudeAgent, script: Script
 ) -> None:
     report = agent.workspace / "outputs" / "report.md"
     script.extend(
@@ -205,7 +137,7 @@ def test_claude_runs_tools_then_answers_and_a_resume_shows_the_model_the_earlier
 
 
 def test_offline_the_cli_calls_nothing_but_the_model_and_reads_skills_and_mcp_servers(
-    agent: Agent, script: Script
+    agent: ClaudeAgent, script: Script
 ) -> None:
     script.extend([Text("ok")])
     skill = {"name": "greeter", "skill_name": "greeter", "description": "Greets people politely",
@@ -226,7 +158,9 @@ def test_offline_the_cli_calls_nothing_but_the_model_and_reads_skills_and_mcp_se
     assert list((agent.home / ".claude" / "projects").iterdir())
 
 
-def test_an_api_error_ends_with_a_failed_verdict_and_exit_status_1(agent: Agent, script: Script) -> None:
+def test_an_api_error_ends_with_a_failed_verdict_and_exit_status_1(
+    agent: ClaudeAgent, script: Script
+) -> None:
     script.extend([Failure(400, "scripted: this request is refused", times=10)])
     ran = agent.run("hi")
     assert ran.code == 1
@@ -234,162 +168,43 @@ def test_an_api_error_ends_with_a_failed_verdict_and_exit_status_1(agent: Agent,
     assert len(model_requests(agent.server.recorder)) == 6  # Claude Code's own retries of a 400
 
 
-def test_a_missing_key_is_an_error_result(agent: Agent, script: Script) -> None:
-    env = {k: v for k, v in os.environ.items() if k in ("PATH",)}
+def test_a_missing_key_is_an_error_result(agent: ClaudeAgent, script: Script) -> None:
     job = Job(run_id="r", prompt="hi", agent_config={"harness": {"type": "claude"}})
-    invocation = PRESET.invocation(job, agent.cli, Context(agent.workspace, agent.home, env={}))
-    done = subprocess.run(
-        invocation.argv,
-        cwd=agent.workspace,
-        env={**env, **invocation.env, "ANTHROPIC_BASE_URL": agent.server.url},
-        input=invocation.stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    parser = PRESET.parser()
-    for line in done.stdout.splitlines():
-        parser.feed(line)
-    verdict = parser.verdict()
-    assert done.returncode != 0
-    assert verdict is not None and not verdict.ok and "login" in (verdict.message or "").lower(), done.stdout
+    ran = agent.invoke(PRESET, job, process_env={"ANTHROPIC_BASE_URL": agent.server.url})
+    assert ran.code != 0
+    assert ran.verdict is not None and not ran.verdict.ok, ran.stdout
+    assert "login" in (ran.verdict.message or "").lower(), ran.stdout
     assert model_requests(agent.server.recorder) == []
 
 
 # --- Through factoryctl: serve, a self-hosted claude worker, a webhook automation --------------------------
 
 HOST = "claude-box"
-HOOK_TOKEN = "claude-e2e-hook-token-0123456789"
-FINISHED = {"SUCCEEDED", "FAILED", "ERROR", "CANCELLED", "BLOCKED"}
-
-
-def write_tree(repo: Path) -> None:
-    files = {
-        "factory.yaml": (
-            "schemaVersion: v1alpha1\nname: claude-e2e\nrepositories:\n  - owner: acme\n    name: app\n"
-            "agentDefaults:\n  harness:\n    type: oz\n    model: default-model\n"
-        ),
-        "agents/foreman/agent.md": "---\nagentType: FOREMAN\n---\nYou coordinate.\n",
-        "webhooks/alerts.yaml": "secretName: alerts-token\n",
-        "automations/claude-alert/automation.md": (
-            f"---\ntitle: Claude alert\nworkerHost: {HOST}\nharness:\n  type: claude\n  model: {MODEL}\n"
-            "triggers:\n  - provider: webhook\n    event: received\n    filter:\n      webhooks: [alerts]\n"
-            "---\nAn alert fired: write a report.\n"
-        ),
-    }
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-
-
-@dataclass
-class Stack:
-    """``factoryctl serve`` following the tree, a self-hosted ``factoryctl worker --sandbox none --harness
-    claude`` whose environment points Claude Code at the scripted model, and what the test waits on."""
-
-    served: Served
-    model: ScriptedServer
-    worker_log: Path
-    alive: list[subprocess.Popen[bytes]]
-    hook: str
-    seen: set[str]
-    workers: contextlib.ExitStack | None = None
-    worker_args: tuple[Any, ...] = ()
-    worker_env: dict[str, str] | None = None
-
-    @property
-    def logs(self) -> list[Path]:
-        return [self.served.log, self.worker_log]
-
-    def restart_worker(self, workspace_root: Path) -> None:
-        """Stop the worker process and start another one (its own worker ID) with ``workspace_root``."""
-        assert self.workers is not None
-        old = self.alive.pop()
-        assert stop(old) == 0
-        new = self.workers.enter_context(
-            running(
-                "worker", *self.worker_args, "--workspace-root", workspace_root,
-                log=self.worker_log, env=self.worker_env,
-            )
-        )  # fmt: skip
-        self.alive.append(new)
-
-    def deliver(self, delivery: str) -> str:
-        """Deliver an alert; the id of the run it started."""
-        resp = httpx.post(
-            f"{self.served.url}/webhooks/w/{self.hook}",
-            json={"alert": delivery},
-            headers={"Authorization": f"Bearer {HOOK_TOKEN}", "X-Factory-Delivery-Id": delivery},
-            timeout=10,
-        )
-        assert resp.status_code == 202, resp.text
-
-        def started() -> str | None:
-            fresh = {r["run_id"] for r in self.served.get("/api/v1/agent/runs")["runs"]} - self.seen
-            return fresh.pop() if fresh else None
-
-        run_id: str = wait_for(started, 30, f"the run of {delivery}", alive=self.alive, logs=self.logs)
-        self.seen.add(run_id)
-        return run_id
-
-    def finished(self, run_id: str, requests: int) -> dict[str, Any]:
-        """The run once it is final and the model has answered ``requests`` requests in all (a run that
-        ended otherwise than SUCCEEDED is returned at once, for the caller's assertion to show)."""
-
-        def done() -> dict[str, Any] | None:
-            run: dict[str, Any] = self.served.get(f"/api/v1/agent/runs/{run_id}")
-            if run["state"] not in FINISHED:
-                return None
-            answered = len(model_requests(self.model.recorder)) >= requests
-            return run if answered or run["state"] != "SUCCEEDED" else None
-
-        return wait_for(done, 90, f"run {run_id} to finish", alive=self.alive, logs=self.logs)
-
-    def logs_of(self, run_id: str) -> list[str]:
-        return [line["text"] for line in self.served.get(f"/api/v1/agent/runs/{run_id}/logs")["logs"]]
+TREE = {
+    "factory.yaml": (
+        "schemaVersion: v1alpha1\nname: claude-e2e\nrepositories:\n  - owner: acme\n    name: app\n"
+        "agentDefaults:\n  harness:\n    type: oz\n    model: default-model\n"
+    ),
+    "automations/claude-alert/automation.md": (
+        f"---\ntitle: Claude alert\nworkerHost: {HOST}\nharness:\n  type: claude\n  model: {MODEL}\n"
+        "triggers:\n  - provider: webhook\n    event: received\n    filter:\n      webhooks: [alerts]\n"
+        "---\nAn alert fired: write a report.\n"
+    ),
+}
 
 
 @pytest.fixture
 def stack(tmp_path: Path, script: Script) -> Iterator[Stack]:
-    cli = claude_cli()
-    data, repo = tmp_path / "data", tmp_path / "repo"
-    repo.mkdir()
-    write_tree(repo)
-    made = run_cli(
-        "--data-dir", data, "secrets", "create", "alerts-token", "--scope", "webhook", "--from-stdin",
-        stdin=HOOK_TOKEN + "\n",
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    with (
-        ScriptedServer(anthropic_app(script)) as model,
-        serving(data, "--repo", repo, log=tmp_path / "serve.log") as served,
-    ):
-        key = run_cli(
-            "--data-dir", data, "keys", "create", "--name", "box", "--role", "worker", "--worker-host", HOST
-        )  # fmt: skip
-        assert key.returncode == 0, key.stderr
-        worker_env = {
-            "FACTORY_API_KEY": key.stdout.strip().splitlines()[-1],
-            "ANTHROPIC_BASE_URL": model.url,
-            "ANTHROPIC_API_KEY": "sk-ant-api-scripted",
-        }
-        worker_log = tmp_path / "worker.log"
-        args = ("--server", served.url, "--host-id", HOST, "--sandbox", "none", "--harness", "claude",
-                "--agent-cli", f"claude={cli}")  # fmt: skip
-        with contextlib.ExitStack() as workers:
-            worker = workers.enter_context(running("worker", *args, log=worker_log, env=worker_env))
-            alive = [served.proc, worker]
+    """``factoryctl serve`` and a self-hosted ``factoryctl worker --sandbox none --harness claude`` whose
+    environment points Claude Code at the scripted model."""
+    cli, app = claude_cli(), anthropic_app(script)
 
-            def hook_uid() -> str | None:
-                with FactoryClient(served.url, served.key) as client:
-                    page = client.factories.list(search="claude-e2e")
-                    detail = client.factories.get(page.items[0].uid) if page.items else None
-                if detail is None or not detail.webhooks or not detail.automations:
-                    return None
-                return str(detail.webhooks[0].uid)
+    def model_env(url: str) -> dict[str, str]:
+        return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-ant-api-scripted"}
 
-            hook = wait_for(hook_uid, 30, "the tree to apply", alive=alive, logs=[served.log, worker_log])
-            yield Stack(served, model, worker_log, alive, hook, set(), workers, args, worker_env)
+    with agent_stack(tmp_path, factory="claude-e2e", files=TREE, app=app, harness="claude", cli=cli,
+                     host=HOST, model_env=model_env) as stack:  # fmt: skip
+        yield stack
 
 
 def first_run(stack: Stack, script: Script) -> tuple[str, str]:
@@ -404,7 +219,7 @@ def first_run(stack: Stack, script: Script) -> tuple[str, str]:
         ]
     )
     run_id = stack.deliver("d-1")
-    run = stack.finished(run_id, 2)
+    run = stack.finished(run_id)
     assert run["state"] == "SUCCEEDED", (run, stack.logs_of(run_id))
     return run_id, str(run["session_id"])
 
@@ -415,7 +230,7 @@ def test_a_webhook_run_through_serve_and_a_claude_worker_has_a_transcript(
     run_id, session_id = first_run(stack, script)
     run = stack.served.get(f"/api/v1/agent/runs/{run_id}")
     assert run["agent_config"]["harness"]["type"] == "claude", run
-    events = run_events(stack.served, run_id)
+    events = stack.events(run_id)
     kinds = [e["kind"] for e in events]
     by_kind = {k: [e["data"] for e in events if e["kind"] == k] for k in kinds}
     assert by_kind["session"] == [{"session_id": session_id}] and session_id
@@ -444,7 +259,7 @@ def test_a_follow_up_resumes_the_claude_session(stack: Stack, script: Script) ->
         f"/api/v1/agent/runs/{run_id}/followups", {"message": "What did you do?"}
     )
     assert status == 200, body
-    run = stack.finished(run_id, 3)
+    run = stack.finished(run_id, 2)
     assert run["state"] == "SUCCEEDED", (run, stack.logs_of(run_id))
     assert run["session_id"] == session_id
     shown = transcript_text(model_requests(stack.model.recorder)[2])
@@ -469,7 +284,7 @@ def test_a_follow_up_claimed_by_another_worker_process_resumes_the_session(
     script.extend([Text("Earlier I wrote out/report.md.")])
     status, body = stack.served.post(f"/api/v1/agent/runs/{run_id}/followups", {"message": "What now?"})
     assert status == 200, body
-    run = stack.finished(run_id, 3)
+    run = stack.finished(run_id, 2)
     assert run["state"] == "SUCCEEDED", (run, stack.logs_of(run_id))
     assert run["session_id"] == session_id  # the same Claude Code session, resumed
     shown = transcript_text(model_requests(stack.model.recorder)[2])
@@ -485,13 +300,13 @@ def test_a_follow_up_whose_session_is_lost_starts_fresh_with_a_summary(stack: St
     script.extend([Text("Starting over from the summary.")])
     status, body = stack.served.post(f"/api/v1/agent/runs/{run_id}/followups", {"message": "What now?"})
     assert status == 200, body
-    run = stack.finished(run_id, 3)
+    run = stack.finished(run_id, 2)
     assert run["state"] == "SUCCEEDED", (run, stack.logs_of(run_id))
     assert run["session_id"] != session_id  # a new session
     shown = transcript_text(model_requests(stack.model.recorder)[2])
     assert "## Earlier conversation" in shown and "assistant: Report written." in shown, shown[-2000:]
     assert "tool call Bash:" in shown and shown.rstrip().endswith("What now?")
-    said = [e["data"] for e in run_events(stack.served, run_id) if e["kind"] == "message"]
+    said = [e["data"] for e in stack.events(run_id) if e["kind"] == "message"]
     assert any(
         m["role"] == "system" and "could not be restored (no saved session state)" in m["text"] for m in said
     ), said
@@ -512,7 +327,7 @@ def test_a_cancel_while_a_tool_runs_leaves_no_process(stack: Stack, script: Scri
     pid = int(found)
     status, body = stack.served.post(f"/api/v1/agent/runs/{run_id}/cancel")
     assert status == 200, body
-    run = stack.finished(run_id, 1)
+    run = stack.finished(run_id)
     assert run["state"] == "CANCELLED", run
 
     def gone() -> bool:
@@ -523,5 +338,5 @@ def test_a_cancel_while_a_tool_runs_leaves_no_process(stack: Stack, script: Scri
         return False
 
     wait_for(gone, 5, "the tool's process to end", alive=stack.alive, logs=stack.logs)
-    events = run_events(stack.served, run_id)
+    events = stack.events(run_id)
     assert [e["data"]["name"] for e in events if e["kind"] == "tool_call"] == ["Bash"]

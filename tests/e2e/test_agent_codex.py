@@ -1,22 +1,23 @@
 """The real Codex CLI (``node_modules/.bin/codex``, 0.169.0) run through the Codex preset against the
 scripted OpenAI Responses server on loopback: the preset's own argv, environment and ``CODEX_HOME`` files,
 its parser on the CLI's live output, and a follow-up that resumes the thread (the model is shown the earlier
-turns). Skipped, saying so, when the CLI is not installed (``npm ci``)."""
+turns). Through the preset harness, a resumed attempt's usage is only what it added to the thread's running
+totals; through ``factoryctl serve`` and a self-hosted ``factoryctl worker --harness codex``, a delivery's
+run, its follow-up (the run's usage is what the server billed) and a cancel. Skipped, saying so, when the
+CLI is not installed (``npm ci``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from agent_support import Agent, Ran, Stack, agent_stack, installed_cli, scripted_agent
 from agents.openai_server import (
     INPUT_TOKENS,
     OUTPUT_TOKENS,
@@ -27,58 +28,24 @@ from agents.openai_server import (
     shell,
 )
 from agents.scripted import Script, ScriptedServer, Text
-from serve_support import Served, committed, run_cli, running, serving, wait_for
+from serve_support import wait_for
 
-from factoryctl.client import FactoryClient
 from factoryctl.worker.job import Job
 from factoryctl.worker.presets import base
-from factoryctl.worker.presets.base import Context, Verdict
+from factoryctl.worker.presets.base import Verdict
 from factoryctl.worker.presets.codex import PRESET
 from factoryctl.worker.presets.harness import PresetHarness
-from store.models import RunEvent
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-CODEX = REPO / "node_modules" / ".bin" / "codex"
 MODEL = "gpt-5.2-codex"
 
 
 def codex_cli() -> str:
-    found = str(CODEX) if CODEX.exists() else shutil.which("codex")
-    if found is None:
-        pytest.skip("the Codex CLI is not installed: run `npm ci` (package.json pins @openai/codex 0.169.0)")
-    return found
+    return installed_cli("codex", "@openai/codex 0.169.0")
 
 
-@dataclass
-class Ran:
-    code: int
-    stdout: str
-    stderr: str
-    events: list[base.AgentEvent]
-    verdict: Verdict | None
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [dict(e.data) for e in self.events if e.kind == kind]
-
-
-@dataclass
-class Agent:
-    """One run's workspace and agent home, and the scripted model the CLI talks to."""
-
-    root: Path
-    server: ScriptedServer
-    cli: str
-
-    @property
-    def workspace(self) -> Path:
-        return self.root / "workspace"
-
-    @property
-    def home(self) -> Path:
-        return self.root / "workspace.home"
-
+class CodexAgent(Agent):
     def run(
         self,
         prompt: str,
@@ -88,37 +55,16 @@ class Agent:
         strict: bool = False,
         **job: Any,
     ) -> Ran:
-        """Start the CLI exactly as the preset says (argv, env, files under the agent home, stdin closed,
-        in the workspace) and parse its stdout line by line; ``strict`` adds ``--strict-config``."""
+        """Start the CLI exactly as the preset says (stdin closed, ``HOME`` the agent home) and parse its
+        stdout line by line; ``strict`` adds ``--strict-config``."""
         env = {"OPENAI_BASE_URL": f"{self.server.url}/v1"}
         if key is not None:
             env["OPENAI_API_KEY"] = key
         config = {"harness": {"type": "codex", "model_id": MODEL, "reasoning_level": "high"}}
         the_job = Job(run_id="run_codex_e2e", prompt=prompt, agent_config=config, **job)
-        context = Context(self.workspace, self.home, resume=resume, env=env)
-        invocation = PRESET.invocation(the_job, self.cli, context)
-        argv = invocation.argv
-        if strict:
-            argv = [*argv[:2], "--strict-config", *argv[2:]]
-        for name, text in invocation.files.items():
-            path = self.home / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home)}
-        done = subprocess.run(
-            argv,
-            cwd=self.workspace,
-            env={**base_env, **invocation.env},
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        parser = PRESET.parser()
-        events: list[base.AgentEvent] = []
-        for line in done.stdout.splitlines():
-            events += parser.feed(line)
-        return Ran(done.returncode, done.stdout, done.stderr, events, parser.verdict())
+        edit = (lambda argv: [*argv[:2], "--strict-config", *argv[2:]]) if strict else None
+        return self.invoke(PRESET, the_job, resume=resume, env=env, process_env={"HOME": str(self.home)},
+                           edit=edit)  # fmt: skip
 
 
 @pytest.fixture
@@ -127,16 +73,13 @@ def script() -> Script:
 
 
 @pytest.fixture
-def agent(tmp_path: Path, script: Script) -> Iterator[Agent]:
-    cli = codex_cli()
-    (tmp_path / "workspace").mkdir()
-    (tmp_path / "workspace.home").mkdir(mode=0o700)
-    with ScriptedServer(openai_app(script)) as server:
-        yield Agent(tmp_path, server, cli)
+def agent(tmp_path: Path, script: Script) -> Iterator[CodexAgent]:
+    with scripted_agent(CodexAgent, tmp_path, openai_app(script), codex_cli()) as agent:
+        yield agent
 
 
 def test_codex_runs_a_tool_then_answers_and_a_follow_up_resumes_the_thread(
-    agent: Agent, script: Script
+    agent: CodexAgent, script: Script
 ) -> None:
     script.extend([shell("mkdir -p out && echo hello > out/greeting.txt && echo written"), Text("Wrote it.")])
     first = agent.run("Write a greeting into out/greeting.txt.")
@@ -175,7 +118,9 @@ def test_codex_runs_a_tool_then_answers_and_a_follow_up_resumes_the_thread(
     assert "function_call_output" in input_types(resumed)
 
 
-def test_every_config_key_is_one_codex_knows_and_skills_reach_the_model(agent: Agent, script: Script) -> None:
+def test_every_config_key_is_one_codex_knows_and_skills_reach_the_model(
+    agent: CodexAgent, script: Script
+) -> None:
     """``--strict-config`` makes Codex refuse a key it does not recognise: the preset writes none."""
     script.extend([Text("ok")])
     skill = {"name": "greeter", "skill_name": "greeter", "description": "Greets people politely",
@@ -191,7 +136,7 @@ def test_every_config_key_is_one_codex_knows_and_skills_reach_the_model(agent: A
     assert metadata["sandbox_mode"] == "danger-full-access"
 
 
-def test_a_missing_key_fails_the_turn_with_codexs_message(agent: Agent) -> None:
+def test_a_missing_key_fails_the_turn_with_codexs_message(agent: CodexAgent) -> None:
     ran = agent.run("hi", key=None)
     assert ran.code == 1
     assert ran.verdict == Verdict(ok=False, message="Missing environment variable: `OPENAI_API_KEY`.")
@@ -257,116 +202,39 @@ async def test_a_resumed_attempts_usage_is_only_what_it_billed(tmp_path: Path, s
 # --- the whole path: a delivery, factoryctl serve, a self-hosted worker running the preset ------------
 
 HOST = "codex-box"
-HOOK_TOKEN = "codex-e2e-hook-token-0123456789"
-FINISHED = {"SUCCEEDED", "FAILED", "ERROR", "CANCELLED", "BLOCKED"}
 PROMPT = "An alert fired: write a note about it."
-
-
-def write_tree(repo: Path) -> None:
-    """Runs go to the self-hosted worker (``agentDefaults.workerHost``); the automation picks Codex with a
-    reasoning level in its own front matter."""
-    files = {
-        "factory.yaml": (
-            "schemaVersion: v1alpha1\nname: codex-e2e\nrepositories:\n  - owner: acme\n    name: app\n"
-            f"agentDefaults:\n  workerHost: {HOST}\n  harness:\n    type: codex\n    model: {MODEL}\n"
-        ),
-        "agents/foreman/agent.md": "---\nagentType: FOREMAN\n---\nYou coordinate.\n",
-        "agents/coder/agent.md": "---\ndescription: Codes\n---\nYou write code.\n",
-        "webhooks/alerts.yaml": "secretName: alerts-token\n",
-        "automations/codex-alert/automation.md": (
-            "---\ntitle: Codex alert\nagent: coder\n"
-            f"harness:\n  type: codex\n  model: {MODEL}\n  reasoningLevel: high\n"
-            "triggers:\n  - provider: webhook\n    event: received\n    filter:\n      webhooks: [alerts]\n"
-            f"---\n{PROMPT}\n"
-        ),
-    }
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-
-
-@dataclass
-class Stack:
-    """``factoryctl serve`` following the tree and a self-hosted ``factoryctl worker --sandbox none
-    --harness codex`` whose environment points Codex at the scripted model."""
-
-    served: Served
-    model: ScriptedServer
-    database: str
-    worker_log: Path
-    alive: list[subprocess.Popen[bytes]]
-    hook: str
-
-    @property
-    def logs(self) -> list[Path]:
-        return [self.served.log, self.worker_log]
-
-    def deliver(self, delivery: str) -> str:
-        sent = httpx.post(
-            f"{self.served.url}/webhooks/w/{self.hook}",
-            json={"alert": delivery},
-            headers={"Authorization": f"Bearer {HOOK_TOKEN}", "X-Factory-Delivery-Id": delivery},
-            timeout=10,
-        )
-        assert sent.status_code == 202, sent.text
-
-        def started() -> str | None:
-            runs = self.served.get("/api/v1/agent/runs")["runs"]
-            return next((str(r["run_id"]) for r in runs if r.get("title") == "Codex alert"), None)
-
-        return wait_for(started, 30, "the delivery's run", alive=self.alive, logs=self.logs)
-
-    def run(self, run_id: str) -> dict[str, Any]:
-        found: dict[str, Any] = self.served.get(f"/api/v1/agent/runs/{run_id}")
-        return found
-
-    def finished(self, run_id: str) -> dict[str, Any]:
-        done = lambda: (run := self.run(run_id))["state"] in FINISHED and run  # noqa: E731
-        return wait_for(done, 90, f"run {run_id} to finish", alive=self.alive, logs=self.logs)
-
-    def events(self, run_id: str) -> list[tuple[str, dict[str, Any]]]:
-        rows = committed(self.database, RunEvent.run_id, RunEvent.id, RunEvent.kind, RunEvent.data)
-        return [(kind, data) for run, _id, kind, data in sorted(rows, key=lambda r: r[1]) if run == run_id]
+TREE = {  # runs go to the worker (agentDefaults.workerHost); the automation sets a reasoning level
+    "factory.yaml": (
+        "schemaVersion: v1alpha1\nname: codex-e2e\nrepositories:\n  - owner: acme\n    name: app\n"
+        f"agentDefaults:\n  workerHost: {HOST}\n  harness:\n    type: codex\n    model: {MODEL}\n"
+    ),
+    "agents/coder/agent.md": "---\ndescription: Codes\n---\nYou write code.\n",
+    "automations/codex-alert/automation.md": (
+        "---\ntitle: Codex alert\nagent: coder\n"
+        f"harness:\n  type: codex\n  model: {MODEL}\n  reasoningLevel: high\n"
+        "triggers:\n  - provider: webhook\n    event: received\n    filter:\n      webhooks: [alerts]\n"
+        f"---\n{PROMPT}\n"
+    ),
+}
 
 
 @pytest.fixture
 def stack(tmp_path: Path, script: Script) -> Iterator[Stack]:
-    cli = codex_cli()
-    data, repo = tmp_path / "data", tmp_path / "repo"
-    repo.mkdir()
-    write_tree(repo)
-    database = f"sqlite+aiosqlite:///{tmp_path / 'factory.db'}"
-    admin = ("--data-dir", data, "--database", database)
-    made = run_cli(*admin, "secrets", "create", "alerts-token", "--scope", "webhook", "--from-stdin",
-                   stdin=HOOK_TOKEN + "\n")  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    with (
-        ScriptedServer(openai_app(script)) as model,
-        serving(data, "--repo", repo, database=database, log=tmp_path / "serve.log") as served,
-    ):
-        key = run_cli(*admin, "keys", "create", "--name", "box", "--role", "worker", "--worker-host", HOST)
-        assert key.returncode == 0, key.stderr
-        worker_env = {
-            "FACTORY_API_KEY": key.stdout.strip().splitlines()[-1],
-            "OPENAI_BASE_URL": f"{model.url}/v1",
-            "OPENAI_API_KEY": "sk-worker-scripted",
-        }
-        args = ("worker", "--server", served.url, "--host-id", HOST, "--sandbox", "none", "--harness",
-                "codex", "--agent-cli", f"codex={cli}", "--workspace-root", tmp_path / "ws")  # fmt: skip
-        worker_log = tmp_path / "worker.log"
-        with running(*args, log=worker_log, env=worker_env) as worker:
-            alive, logs = [served.proc, worker], [served.log, worker_log]
+    """``factoryctl serve`` and a self-hosted ``factoryctl worker --sandbox none --harness codex`` whose
+    environment points Codex at the scripted model."""
+    cli, app = codex_cli(), openai_app(script)
 
-            def hook() -> str | None:
-                with FactoryClient(served.url, served.key) as client:
-                    page = client.factories.list(search="codex-e2e")
-                    detail = client.factories.get(page.items[0].uid) if page.items else None
-                    if detail is None or not detail.webhooks or not detail.automations:
-                        return None
-                    return str(detail.webhooks[0].uid)
+    def model_env(url: str) -> dict[str, str]:
+        return {"OPENAI_BASE_URL": f"{url}/v1", "OPENAI_API_KEY": "sk-worker-scripted"}
 
-            uid = wait_for(hook, 30, "the tree to apply", alive=alive, logs=logs)
-            yield Stack(served, model, database, worker_log, alive, uid)
+    workspaces = ("--workspace-root", tmp_path / "ws")
+    with agent_stack(tmp_path, factory="codex-e2e", files=TREE, app=app, harness="codex", cli=cli, host=HOST,
+                     model_env=model_env, worker_args=workspaces) as stack:  # fmt: skip
+        yield stack
+
+
+def events(stack: Stack, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(e["kind"], e["data"]) for e in stack.events(run_id)]
 
 
 def test_a_delivery_runs_codex_on_a_self_hosted_worker(stack: Stack, script: Script) -> None:
@@ -379,17 +247,17 @@ def test_a_delivery_runs_codex_on_a_self_hosted_worker(stack: Stack, script: Scr
     assert run["session_id"] and run["conversation_id"] == run["session_id"]
     assert run["request_usage"]["total_tokens"] > 0
 
-    events = stack.events(run_id)
-    kinds = [kind for kind, _ in events]
+    run_events = events(stack, run_id)
+    kinds = [kind for kind, _ in run_events]
     assert (
         kinds.index("session") < kinds.index("tool_call") < kinds.index("tool_result") < kinds.index("usage")
     )
-    assert [d for k, d in events if k == "session"] == [{"session_id": run["session_id"]}]
-    [call] = [d for k, d in events if k == "tool_call"]
+    assert [d for k, d in run_events if k == "session"] == [{"session_id": run["session_id"]}]
+    [call] = [d for k, d in run_events if k == "tool_call"]
     assert call["name"] == "exec_command" and "notes/alert.txt" in call["input"]["command"]
-    [result] = [d for k, d in events if k == "tool_result"]
+    [result] = [d for k, d in run_events if k == "tool_result"]
     assert (result["id"], result["ok"], result["output"]) == (call["id"], True, "noted\n")
-    assert {"role": "assistant", "text": "Noted."} in [d for k, d in events if k == "message"]
+    assert {"role": "assistant", "text": "Noted."} in [d for k, d in run_events if k == "message"]
 
     requests = model_requests(stack.model.recorder)
     assert len(requests) == 2 and stack.model.recorder.unknown == []
@@ -405,9 +273,7 @@ def test_a_follow_up_resumes_the_codex_thread(stack: Stack, script: Script) -> N
     script.extend([Text("The alert was about the disk.")])
     status, body = stack.served.post(f"/api/v1/agent/runs/{run_id}/followups", {"message": "What was it?"})
     assert status == 200, body
-    wait_for(lambda: len(model_requests(stack.model.recorder)) >= 3 or stack.run(run_id)["state"] == "FAILED",
-             90, "the follow-up's model request", alive=stack.alive, logs=stack.logs)  # fmt: skip
-    second = stack.finished(run_id)
+    second = stack.finished(run_id, 2)
     assert second["state"] == "SUCCEEDED", second["status_message"]
     assert second["session_id"] == first["session_id"]
     resumed = model_requests(stack.model.recorder)[2]
@@ -440,5 +306,5 @@ def test_a_cancel_while_a_command_runs_leaves_no_process(
 
     # the worker's own tests time the kill (SIGTERM, SIGKILL after 1.5 s); here: nothing outlives the run
     wait_for(gone, 5, "the command's process to end", alive=stack.alive, logs=stack.logs)
-    calls = [d for k, d in stack.events(run_id) if k == "tool_call"]
+    calls = [d for k, d in events(stack, run_id) if k == "tool_call"]
     assert len(calls) == 1 and "sleep 300" in calls[0]["input"]["command"]

@@ -18,11 +18,11 @@ import json
 import os
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_support import Agent, Ran, Stack, agent_stack, parsed, scripted_agent
 from agents.gemini_cli import API_KEY, find_gemini, run_gemini
 from agents.gemini_server import (
     INPUT_TOKENS,
@@ -35,10 +35,10 @@ from agents.gemini_server import (
     tool_names,
     write_file,
 )
-from agents.scripted import Failure, Script, ScriptedServer, Text
+from agents.scripted import Failure, Script, Text
+from serve_support import wait_for
 
 from factoryctl.worker.job import Job
-from factoryctl.worker.presets import base
 from factoryctl.worker.presets.base import Verdict
 from factoryctl.worker.presets.gemini import PRESET
 
@@ -55,52 +55,17 @@ def gemini_cli() -> str:
     return found
 
 
-@dataclass
-class Ran:
-    code: int
-    stdout: str
-    stderr: str
-    events: list[base.AgentEvent]
-    verdict: Verdict | None
-    plain: list[str]  # stdout lines the parser did not recognise
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [dict(e.data) for e in self.events if e.kind == kind]
-
-
-@dataclass
-class Agent:
-    """One run's workspace and agent home, and the scripted model the CLI talks to."""
-
-    root: Path
-    server: ScriptedServer
-    cli: str
-
-    @property
-    def workspace(self) -> Path:
-        return self.root / "workspace"
-
-    @property
-    def home(self) -> Path:
-        return self.root / "workspace.home"
-
+class GeminiAgent(Agent):
     def run(
         self, prompt: str, *, resume: str | None = None, env: dict[str, str] | None = None, **job: Any
     ) -> Ran:
-        """Start the CLI exactly as the preset says and parse its stdout line by line."""
+        """Start the CLI exactly as the preset says (:func:`agents.gemini_cli.run_gemini`, which the
+        fixture recorder shares) and parse its stdout line by line."""
         job.setdefault("agent_config", {"harness": {"type": "gemini", "model_id": MODEL}})
         the_job = Job(run_id="run_gemini_e2e", prompt=prompt, **job)
         outputs = {"FACTORY_OUTPUTS": str(self.workspace / "outputs"), **(env or {})}
         done = run_gemini(self.cli, self.server.url, self.workspace, self.home, the_job, resume, outputs)
-        parser = PRESET.parser()
-        events: list[base.AgentEvent] = []
-        plain = []
-        for line in done.stdout.splitlines():
-            if parser.is_structured(line):
-                events += parser.feed(line)
-            else:
-                plain.append(line)
-        return Ran(done.returncode, done.stdout, done.stderr, events, parser.verdict(), plain)
+        return parsed(PRESET, done)
 
 
 @pytest.fixture
@@ -109,16 +74,13 @@ def script() -> Script:
 
 
 @pytest.fixture
-def agent(tmp_path: Path, script: Script) -> Iterator[Agent]:
-    cli = gemini_cli()
-    (tmp_path / "workspace" / "outputs").mkdir(parents=True)
-    (tmp_path / "workspace.home").mkdir(mode=0o700)
-    with ScriptedServer(gemini_app(script)) as server:
-        yield Agent(tmp_path, server, cli)
+def agent(tmp_path: Path, script: Script) -> Iterator[GeminiAgent]:
+    with scripted_agent(GeminiAgent, tmp_path, gemini_app(script), gemini_cli()) as agent:
+        yield agent
 
 
 def test_gemini_runs_tools_then_answers_and_a_resume_shows_the_model_the_earlier_turns(
-    agent: Agent, script: Script
+    agent: GeminiAgent, script: Script
 ) -> None:
     report = agent.workspace / "outputs" / "report.md"
     command = 'echo "from $FACTORY_OUTPUTS" && ls "$FACTORY_OUTPUTS"'
@@ -178,7 +140,7 @@ def test_gemini_runs_tools_then_answers_and_a_resume_shows_the_model_the_earlier
 
 
 def test_offline_the_cli_calls_only_the_model_and_reads_skills_and_mcp_servers(
-    agent: Agent, script: Script
+    agent: GeminiAgent, script: Script
 ) -> None:
     script.extend([Text("ok")])
     skill = {"name": "greeter", "skill_name": "greeter", "description": "Greets people politely",
@@ -203,7 +165,7 @@ def test_offline_the_cli_calls_only_the_model_and_reads_skills_and_mcp_servers(
     assert list((agent.home / ".gemini" / "tmp").glob("*/chats/session-*.jsonl"))
 
 
-def test_without_a_model_the_cli_asks_its_router_first(agent: Agent, script: Script) -> None:
+def test_without_a_model_the_cli_asks_its_router_first(agent: GeminiAgent, script: Script) -> None:
     script.extend([Text("routed")])
     ran = agent.run("hi", agent_config={"harness": {"type": "gemini"}})
     assert ran.verdict == Verdict(ok=True, message="routed"), ran.stderr
@@ -213,7 +175,9 @@ def test_without_a_model_the_cli_asks_its_router_first(agent: Agent, script: Scr
     assert agent.server.recorder.unknown == []
 
 
-def test_an_api_error_ends_with_a_failed_verdict_and_a_non_zero_exit(agent: Agent, script: Script) -> None:
+def test_an_api_error_ends_with_a_failed_verdict_and_a_non_zero_exit(
+    agent: GeminiAgent, script: Script
+) -> None:
     script.extend([Failure(400, "scripted: this request is refused", times=10)])
     ran = agent.run("hi")
     assert ran.code != 0
@@ -222,7 +186,7 @@ def test_an_api_error_ends_with_a_failed_verdict_and_a_non_zero_exit(agent: Agen
     assert len(model_requests(agent.server.recorder)) == 1  # a 400 is not retried
 
 
-def test_a_missing_key_prints_no_result_and_exits_41(agent: Agent) -> None:
+def test_a_missing_key_prints_no_result_and_exits_41(agent: GeminiAgent) -> None:
     ran = agent.run("hi", env={"GEMINI_API_KEY": ""})
     assert ran.code == 41
     assert ran.verdict is None  # the harness reports the exit status and stderr
@@ -233,139 +197,41 @@ def test_a_missing_key_prints_no_result_and_exits_41(agent: Agent) -> None:
 # --- Through factoryctl: serve, a self-hosted gemini worker, a webhook automation --------------------------
 
 HOST = "gemini-box"
-HOOK_TOKEN = "gemini-e2e-hook-token-0123456789"
-FINISHED = {"SUCCEEDED", "FAILED", "ERROR", "CANCELLED", "BLOCKED"}
-
-
-def write_tree(repo: Path) -> None:
-    files = {
-        "factory.yaml": (
-            "schemaVersion: v1alpha1\nname: gemini-e2e\nrepositories:\n  - owner: acme\n    name: app\n"
-            "agentDefaults:\n  harness:\n    type: oz\n    model: default-model\n"
-        ),
-        "agents/foreman/agent.md": "---\nagentType: FOREMAN\n---\nYou coordinate.\n",
-        "webhooks/alerts.yaml": "secretName: alerts-token\n",
-        "automations/gemini-alert/automation.md": (
-            f"---\ntitle: Gemini alert\nworkerHost: {HOST}\nharness:\n  type: gemini\n  model: {MODEL}\n"
-            "triggers:\n  - provider: webhook\n    event: received\n    filter:\n      webhooks: [alerts]\n"
-            "---\nAn alert fired: write a report.\n"
-        ),
-    }
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-
-
-@dataclass
-class Stack:
-    """``factoryctl serve`` following the tree, a self-hosted ``factoryctl worker --sandbox none --harness
-    gemini`` whose environment points the CLI at the scripted model, and what the test waits on."""
-
-    served: Any
-    model: ScriptedServer
-    worker_log: Path
-    alive: list[Any]
-    hook: str
-    seen: set[str]
-
-    @property
-    def logs(self) -> list[Path]:
-        return [self.served.log, self.worker_log]
-
-    def deliver(self, delivery: str) -> str:
-        """POST a webhook delivery; the id of the run it started."""
-        import httpx
-        from serve_support import wait_for
-
-        resp = httpx.post(
-            f"{self.served.url}/webhooks/w/{self.hook}",
-            json={"alert": delivery},
-            headers={"Authorization": f"Bearer {HOOK_TOKEN}", "X-Factory-Delivery-Id": delivery},
-            timeout=10,
-        )
-        assert resp.status_code == 202, resp.text
-
-        def started() -> str | None:
-            fresh = {r["run_id"] for r in self.served.get("/api/v1/agent/runs")["runs"]} - self.seen
-            return fresh.pop() if fresh else None
-
-        run_id = wait_for(started, 30, f"the run of {delivery}", alive=self.alive, logs=self.logs)
-        self.seen.add(run_id)
-        return run_id
-
-    def finished(self, run_id: str, attempts: int) -> dict[str, Any]:
-        """The run once its ``attempts``-th attempt ended (the worker logs each attempt's end)."""
-        from serve_support import wait_for
-
-        def done() -> dict[str, Any] | None:
-            ended = sum(
-                1
-                for line in self.worker_log.read_text().splitlines()
-                if line.startswith(f"run {run_id}: ") and line.split(": ", 1)[1] in FINISHED
-            )
-            run: dict[str, Any] = self.served.get(f"/api/v1/agent/runs/{run_id}")
-            return run if ended >= attempts and run["state"] in FINISHED else None
-
-        return wait_for(done, 90, f"run {run_id} to finish", alive=self.alive, logs=self.logs)
+TREE = {
+    "factory.yaml": (
+        "schemaVersion: v1alpha1\nname: gemini-e2e\nrepositories:\n  - owner: acme\n    name: app\n"
+        "agentDefaults:\n  harness:\n    type: oz\n    model: default-model\n"
+    ),
+    "automations/gemini-alert/automation.md": (
+        f"---\ntitle: Gemini alert\nworkerHost: {HOST}\nharness:\n  type: gemini\n  model: {MODEL}\n"
+        "triggers:\n  - provider: webhook\n    event: received\n    filter:\n      webhooks: [alerts]\n"
+        "---\nAn alert fired: write a report.\n"
+    ),
+}
 
 
 @pytest.fixture
 def stack(tmp_path: Path, script: Script) -> Iterator[Stack]:
-    from serve_support import run_cli, running, serving, wait_for
+    """``factoryctl serve`` and a self-hosted ``factoryctl worker --sandbox none --harness gemini`` whose
+    environment points the CLI at the scripted model."""
+    cli, app = gemini_cli(), gemini_app(script)
 
-    from factoryctl.client import FactoryClient
+    def model_env(url: str) -> dict[str, str]:
+        return {"GOOGLE_GEMINI_BASE_URL": url, "GEMINI_API_KEY": API_KEY}
 
-    cli = gemini_cli()
-    data, repo = tmp_path / "data", tmp_path / "repo"
-    repo.mkdir()
-    write_tree(repo)
-    made = run_cli(
-        "--data-dir", data, "secrets", "create", "alerts-token", "--scope", "webhook", "--from-stdin",
-        stdin=HOOK_TOKEN + "\n",
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    with (
-        ScriptedServer(gemini_app(script)) as model,
-        serving(data, "--repo", repo, log=tmp_path / "serve.log") as served,
-    ):
-        key = run_cli(
-            "--data-dir", data, "keys", "create", "--name", "box", "--role", "worker", "--worker-host", HOST
-        )  # fmt: skip
-        assert key.returncode == 0, key.stderr
-        worker_env = {
-            "FACTORY_API_KEY": key.stdout.strip().splitlines()[-1],
-            "GOOGLE_GEMINI_BASE_URL": model.url,
-            "GEMINI_API_KEY": API_KEY,
-        }
-        worker_log = tmp_path / "worker.log"
-        args = ("--server", served.url, "--host-id", HOST, "--sandbox", "none", "--harness", "gemini")
-        with running(
-            "worker", *args, "--agent-cli", f"gemini={cli}", log=worker_log, env=worker_env
-        ) as worker:
-            alive = [served.proc, worker]
-
-            def hook_uid() -> str | None:
-                with FactoryClient(served.url, served.key) as client:
-                    page = client.factories.list(search="gemini-e2e")
-                    detail = client.factories.get(page.items[0].uid) if page.items else None
-                if detail is None or not detail.webhooks or not detail.automations:
-                    return None
-                return str(detail.webhooks[0].uid)
-
-            hook = wait_for(hook_uid, 30, "the tree to apply", alive=alive, logs=[served.log, worker_log])
-            yield Stack(served, model, worker_log, alive, hook, set())
+    with agent_stack(tmp_path, factory="gemini-e2e", files=TREE, app=app, harness="gemini", cli=cli,
+                     host=HOST, model_env=model_env) as stack:  # fmt: skip
+        yield stack
 
 
 def test_a_webhook_run_through_serve_and_a_gemini_worker(stack: Stack, script: Script) -> None:
     command = "mkdir -p out && echo ok > out/report.md && echo wrote"
     script.extend([[Text("Writing the report."), shell(command)], Text("Report written.")])
     run_id = stack.deliver("d-1")
-    run = stack.finished(run_id, 1)
+    run = stack.finished(run_id)
     assert run["state"] == "SUCCEEDED", (run, stack.worker_log.read_text()[-3000:])
     assert run["agent_config"]["harness"]["type"] == "gemini", run
-    from serve_support import run_events
-
-    events = run_events(stack.served, run_id)
+    events = stack.events(run_id)
     kinds = [e["kind"] for e in events]
     for kind in ("session", "message", "tool_call", "tool_result", "usage"):
         assert kind in kinds, kinds
@@ -387,7 +253,7 @@ def test_a_webhook_run_through_serve_and_a_gemini_worker(stack: Stack, script: S
 def test_a_follow_up_through_the_worker_resumes_the_gemini_session(stack: Stack, script: Script) -> None:
     script.extend([[Text("Writing the report."), shell("echo wrote")], Text("Report written.")])
     run_id = stack.deliver("d-1")
-    run = stack.finished(run_id, 1)
+    run = stack.finished(run_id)
     assert run["state"] == "SUCCEEDED", (run, stack.worker_log.read_text()[-3000:])
     session_id = run["session_id"]
 
@@ -411,8 +277,6 @@ def test_a_follow_up_through_the_worker_resumes_the_gemini_session(stack: Stack,
 def test_a_cancel_while_a_shell_command_runs_kills_the_cli_and_its_command(
     stack: Stack, script: Script, tmp_path: Path
 ) -> None:
-    from serve_support import wait_for
-
     pid_file = tmp_path / "sleeper.pid"
     script.extend([shell(f"echo $$ > {pid_file} && exec sleep 300")])
     run_id = stack.deliver("d-cancel")
@@ -426,7 +290,7 @@ def test_a_cancel_while_a_shell_command_runs_kills_the_cli_and_its_command(
     pid = int(started)
     status, body = stack.served.post(f"/api/v1/agent/runs/{run_id}/cancel")
     assert status == 200, body
-    run = stack.finished(run_id, 1)
+    run = stack.finished(run_id)
     assert run["state"] == "CANCELLED", run
 
     def gone() -> bool:
