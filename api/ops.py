@@ -1,19 +1,21 @@
-"""Operational endpoints: liveness, readiness, Prometheus metrics, the OpenAPI document, JSON logs."""
+"""Operational endpoints: liveness, readiness, Prometheus metrics, the OpenAPI document, JSON logs, and
+what a trusted proxy's ``X-Forwarded-Proto`` changes (docs/operations.md, "Behind a reverse proxy")."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.abc import AbstractAccessLogger
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from sqlalchemy import text
 
-from api.auth_failures import CLIENT
+from api.auth_failures import AUTH_FAILURES, CLIENT, Network
 from api.context import ENGINE, RECONCILE, REGISTRY
 from api.redaction import redact_path
 
@@ -110,7 +112,55 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+def peer_is_trusted(remote: str | None, trusted: tuple[Network, ...]) -> bool:
+    """Whether the TCP peer is one of the ``--trusted-proxy`` networks (an IPv4-mapped IPv6 peer as IPv4)."""
+    try:
+        address = ipaddress.ip_address(remote or "")
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address.version == net.version and address in net for net in trusted)
+
+
+def forwarded_https(request: web.BaseRequest, trusted: tuple[Network, ...]) -> bool:
+    """The client reached a trusted proxy over https: the proxy nearest to us (the right-most
+    ``X-Forwarded-Proto`` value) says so, and the TCP peer is that proxy. Any other peer's header is
+    ignored: a client talking to the server directly cannot claim https."""
+    if not trusted or not peer_is_trusted(request.remote, trusted):
+        return False
+    values = [
+        v.strip().lower() for h in request.headers.getall("X-Forwarded-Proto", []) for v in h.split(",")
+    ]
+    return bool(values) and values[-1] == "https"
+
+
+def _secure(cookie: str) -> str:
+    attributes = [part.strip().lower() for part in cookie.split(";")[1:]]
+    return cookie if "secure" in attributes else f"{cookie}; Secure"
+
+
+def secure_cookies_behind_https(trusted: tuple[Network, ...]) -> Callable[..., Awaitable[None]]:
+    """An ``on_response_prepare`` hook: behind a trusted proxy that terminated TLS every cookie the
+    response sets is ``Secure``, whatever ``--public-url`` says (the console's own rule: docs/console.md,
+    "Signing in"). It rewrites the rendered ``Set-Cookie`` headers: aiohttp renders cookies before the
+    hook runs."""
+
+    async def hook(request: web.Request, response: web.StreamResponse) -> None:
+        cookies = response.headers.getall(hdrs.SET_COOKIE, [])
+        if not cookies or not forwarded_https(request, trusted):
+            return
+        del response.headers[hdrs.SET_COOKIE]
+        for cookie in cookies:
+            response.headers.add(hdrs.SET_COOKIE, _secure(cookie))
+
+    return hook
+
+
 def setup(app: web.Application) -> None:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
+    budget = app.get(AUTH_FAILURES)
+    if budget is not None and budget.trusted:
+        app.on_response_prepare.append(secure_cookies_behind_https(budget.trusted))
