@@ -1,6 +1,7 @@
 """The console's page of one run, ``/console/runs/{run_id}`` (docs/console.md, "Pages").
 
-Its state timeline and log, Cancel and Send a follow-up (POST forms, CSRF-checked, through
+Its state timeline and log, its sandbox, network policy and refused destinations
+(:mod:`api.console.network_view`), Cancel and Send a follow-up (POST forms, CSRF-checked, through
 :mod:`api.runs.records` like the API), live through ``/console/runs/{run_id}/events``: the API's run event
 stream (:func:`api.runs.stream.stream_run`) authenticated by the console session and counted against the
 session's key.
@@ -17,6 +18,7 @@ from aiohttp import web
 from sqlalchemy import Row, func, select
 
 from api.console.artifact_pages import artifact_views
+from api.console.network_view import network_view, refused_destinations
 from api.console.rendering import missing, or_404, pretty_json, render, when
 from api.console.security import changing, signed_in
 from api.context import CLOCK, SESSIONS, SETTINGS
@@ -27,7 +29,7 @@ from api.runs.claim_signal import wake_claimers
 from api.runs.event_hub import notify_events
 from api.runs.followup_limits import FollowupLimits, TooManyFollowups
 from api.runs.requests import MAX_PROMPT
-from api.runs.serialize import run_item
+from api.runs.serialize import run_item, sandbox_info
 from api.runs.states import ACTIVE, IllegalTransition
 from api.runs.stream import stream_run
 from api.runs.stream_grants import Grant
@@ -181,6 +183,7 @@ async def run_page(request: web.Request) -> web.StreamResponse:
         found = await artifacts_of(session, [run.run_id])
         factory = await session.get(Factory, run.factory_uid) if run.factory_uid else None
         automation = await session.get(Automation, run.automation_id) if run.automation_id else None
+        network = await network_view(session, user.team_id, run.agent_config, sandbox_info(run.sandbox))
     # Events are read after the run: whatever the page shows, the stream continues after its last id.
     log = await _events_of(request, run_id)
     item = run_item(run, names[run.run_id], now=request.app[CLOCK].now(), artifacts=found[run.run_id])
@@ -217,6 +220,8 @@ async def run_page(request: web.Request) -> web.StreamResponse:
             "transcript": transcript_entries(log.transcript),
             "usage": usage_view(item["request_usage"]),
             "artifacts": artifact_views(run.run_id, item["artifacts"]),
+            "network": network,
+            "refused": refused_destinations(log.others),
             "last_event": log.last_id,
             "live": live,
             "cancellable": live and not run.cancel_requested,

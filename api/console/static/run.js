@@ -1,6 +1,7 @@
 // factoryctl console: the live run page. Follows /console/runs/{id}/events (Server-Sent Events) and adds
-// state changes, log lines and the agent's transcript (messages, tool calls folded with their results,
-// usage) to the page. Harness output is untrusted: text goes in with textContent only.
+// state changes, log lines, the agent's transcript (messages, tool calls folded with their results,
+// usage) and the destinations the worker's egress proxy refused to the page. Harness output is untrusted:
+// text goes in with textContent only.
 "use strict";
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -128,6 +129,19 @@ document.addEventListener("DOMContentLoaded", () => {
     if (typeof data.cost_usd === "number") usage.dataset.cost = String(Number(usage.dataset.cost || 0) + data.cost_usd);
     if (usage.dataset.cost !== "") text += " · $" + Number(usage.dataset.cost).toFixed(4);
     usage.textContent = text;
+  });
+
+  const refused = document.getElementById("refused");
+  source.addEventListener("egress_refused", (message) => {
+    const data = JSON.parse(message.data).data || {};
+    if (!refused) return;
+    const host = String(data.host || "");
+    const item = el("li");
+    item.append(el("code", "", (host.includes(":") ? "[" + host + "]" : host) + (data.port ? ":" + data.port : "")));
+    item.append(el("div", "muted small", String(data.reason || "")));
+    refused.append(item);
+    const card = document.getElementById("refused-card");
+    if (card) card.hidden = false;
   });
 
   source.addEventListener("truncated", () => {
