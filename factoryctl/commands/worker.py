@@ -45,14 +45,35 @@ def register(sub: Any) -> None:  # argparse subparsers
         "--sandbox",
         choices=("auto", "bwrap", "none"),
         default="auto",
-        help="where setup commands and the command harness run: auto = in bubblewrap when it works, "
-        "else on this host; bwrap = only in bubblewrap (runs needing it fail without); none = this host",
+        help="where every run executes: auto = in bubblewrap when it works, else on this host (warned); "
+        "bwrap = only in bubblewrap (the worker does not start without it, exit 2); none = on this host, "
+        "unconfined (warned at start and on every run's log)",
     )
+    add_limit_flags(p)
     p.add_argument("--bwrap", default="bwrap", metavar="PATH", help="bubblewrap executable (bwrap)")
     p.add_argument("--sandbox-ro", action="append", default=[], metavar="DIR", help="read-only in sandboxes")
     p.add_argument("--sandbox-rw", action="append", default=[], metavar="DIR", help="writable in sandboxes")
     p.add_argument("--wait-seconds", type=float, default=20.0, help=argparse.SUPPRESS)
     p.set_defaults(handler=_worker)
+
+
+def add_limit_flags(p: argparse.ArgumentParser) -> None:
+    """The per-run limits (docs/workers.md, "Limits"); ``serve`` has the same flags."""
+    p.add_argument(
+        "--memory-limit", default=None, metavar="SIZE", help="memory of a run's processes (4G; 0 = none)"
+    )
+    p.add_argument(
+        "--process-limit", default=None, metavar="N", help="processes of a run at once (512; 0 = none)"
+    )
+    p.add_argument(
+        "--disk-limit", default=None, metavar="SIZE", help="a run's workspace size (10G; 0 = none)"
+    )
+    p.add_argument(
+        "--time-limit",
+        default=None,
+        metavar="SECONDS",
+        help="wall-clock time of a run's harness, besides its own timeout_seconds (default: none)",
+    )
 
 
 def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
@@ -80,9 +101,15 @@ def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
 
     from factoryctl.worker.agent import RemoteWorker
     from factoryctl.worker.execution import scrubbed_environment
+    from factoryctl.worker.limits import describe, limits_from
     from factoryctl.worker.presets.registry import AgentCliProblem, agents_for, parse_agent_cli
     from factoryctl.worker.sandbox import Sandbox, check_layout
 
+    try:
+        limits = limits_from(args.memory_limit, args.process_limit, args.disk_limit, args.time_limit)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     # The preset's CLI is found and its version checked now: a missing or old CLI stops the worker here
     # rather than failing every run it claims (docs/workers.md, "Harnesses").
     try:
@@ -100,13 +127,26 @@ def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    log = logging.getLogger("factoryctl.worker")
     sandbox = None
-    if args.sandbox != "none":
+    if args.sandbox == "none":
+        log.warning(
+            "WARNING: --sandbox none: every run executes on this host as this user, with its files, keys "
+            'and network in reach of the agent (docs/workers.md, "Sandbox"); each run\'s log says so too'
+        )
+    else:
         sandbox = Sandbox(args.bwrap, read_only=read_only, writable=writable)
         problem = sandbox.problem()
+        if problem is not None and args.sandbox == "bwrap":
+            print(
+                f"error: --sandbox bwrap, and bubblewrap does not work here: {problem}. Install it "
+                "(apt-get install bubblewrap) or name it with --bwrap PATH",
+                file=sys.stderr,
+            )
+            return 2
         if problem is not None:
-            how = "runs that need one will fail" if args.sandbox == "bwrap" else "runs execute on this host"
-            logging.getLogger("factoryctl.worker").warning("no sandbox (%s): %s", problem, how)
+            log.warning("WARNING: no sandbox (%s): runs execute on this host, unconfined", problem)
+    log.info("run limits: %s", describe(limits))
     worker = RemoteWorker(
         ctx.api_url(args.server),
         key,
@@ -119,6 +159,7 @@ def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
         harness_env=scrubbed_environment(ctx.env),  # the agent never sees the worker's own key
         sandbox=sandbox,
         sandbox_required=args.sandbox == "bwrap",
+        limits=limits,
     )
     worker.settings = dataclasses.replace(worker.settings, agents=agents)
     for cli in agents.values():

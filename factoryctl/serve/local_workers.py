@@ -94,9 +94,11 @@ class StoreChannel:
     def __init__(self, protocol: WorkerProtocol, run_id: str, holder: Holder) -> None:
         self.protocol, self.run_id, self.holder = protocol, run_id, holder
 
-    async def heartbeat(self, *, start: bool) -> HeartbeatReply:
+    async def heartbeat(self, *, start: bool, sandbox: Mapping[str, str] | None = None) -> HeartbeatReply:
         with _lease_lost():
-            beat = await self.protocol.heartbeat(self.run_id, self.holder, start=start)
+            beat = await self.protocol.heartbeat(
+                self.run_id, self.holder, start=start, sandbox=dict(sandbox) if sandbox else None
+            )
         return HeartbeatReply(beat.cancel_requested, beat.followups, beat.state)
 
     async def send_logs(self, lines: Sequence[LogLine]) -> None:

@@ -45,11 +45,18 @@ from factoryctl.client import (
     NotFoundError,
     retry_delay,
 )
-from factoryctl.client.worker_resources import RETRY_FOREVER, conflict_run_state, event_batches, log_batches
+from factoryctl.client.worker_resources import (
+    RETRY_FOREVER,
+    conflict_run_state,
+    event_batches,
+    heartbeat_run,
+    log_batches,
+)
 from factoryctl.worker.artifacts import Collected
 from factoryctl.worker.errors import EnvironmentSetupFailed, LeaseLost, WorkerRefused
 from factoryctl.worker.execution import ExecutionSettings, HeartbeatReply, LogLine, execute, job_for_claim
 from factoryctl.worker.job import Outcome
+from factoryctl.worker.limits import Limits
 from factoryctl.worker.presets.base import AgentEvent
 from factoryctl.worker.resolve import RemoteSecrets
 from factoryctl.worker.sandbox import Sandbox
@@ -86,6 +93,7 @@ class RemoteWorker:
         worker_id: str | None = None,
         sandbox: Sandbox | None = None,
         sandbox_required: bool = False,
+        limits: Limits | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -103,6 +111,7 @@ class RemoteWorker:
             harness_env=harness_env,
             sandbox=sandbox,  # docs/workers.md, "Sandbox": --sandbox auto|bwrap|none
             sandbox_required=sandbox_required,
+            limits=limits or Limits(),  # docs/workers.md, "Limits"
         )
         self.stop = asyncio.Event()  # stop claiming
         self.abort = asyncio.Event()  # cancel running harnesses
@@ -289,16 +298,16 @@ class HttpChannel:
         self.run_id = run_id
         self.lease_token = lease_token  # the claim's: presented on every call (docs/workers.md, "Leases")
 
-    async def heartbeat(self, *, start: bool) -> HeartbeatReply:
-        beat = await self.worker.call_for_run(
+    async def heartbeat(self, *, start: bool, sandbox: Mapping[str, str] | None = None) -> HeartbeatReply:
+        spec = heartbeat_run(
             self.run_id,
-            self.worker.api.workers.heartbeat(
-                self.run_id,
-                state="INPROGRESS" if start else None,
-                worker_id=self.worker.worker_id,
-                lease_token=self.lease_token,
-            ),
+            state="INPROGRESS" if start else None,
+            worker_id=self.worker.worker_id,
+            lease_token=self.lease_token,
         )
+        if sandbox is not None:  # the client's heartbeat has no ``sandbox`` member yet: add it to its body
+            spec = dataclasses.replace(spec, json={**spec.json, "sandbox": dict(sandbox)})
+        beat = await self.worker.call_for_run(self.run_id, self.worker.api._executor.call(spec))
         return HeartbeatReply(
             cancel_requested=beat.cancel_requested,
             followups=[f.raw for f in beat.followups],

@@ -41,19 +41,23 @@ from factoryctl.worker.errors import (
 from factoryctl.worker.errors import LeaseLost as LeaseLost  # re-exported: channels raise it from here
 from factoryctl.worker.harness import (
     CommandHarness,
+    EchoHarness,
     Harness,
     OutputCallback,
     RedactingEmitter,
     harness_for,
     offered_harnesses,
 )
+from factoryctl.worker.isolation import sandbox_report, unsandboxed_line
 from factoryctl.worker.job import Job, Outcome, redact, redact_data
+from factoryctl.worker.limits import Limits
 from factoryctl.worker.presets.base import AgentEvent
 from factoryctl.worker.presets.harness import PresetHarness
 from factoryctl.worker.presets.registry import PRESET_TYPES, AgentCli
 from factoryctl.worker.resolve import SecretSource, resolve_claim
 from factoryctl.worker.runner import check_runner, runner_notes
 from factoryctl.worker.sandbox import Sandbox, sandbox_for
+from factoryctl.worker.watchdog import RunGuard, rlimits
 from factoryctl.worker.workspace import create_workspace, remove_workspace
 
 log = logging.getLogger("factoryctl.worker")
@@ -87,8 +91,9 @@ class HeartbeatReply:
 class RunChannel(Protocol):
     """How a worker talks to the control plane about one claimed run."""
 
-    async def heartbeat(self, *, start: bool) -> HeartbeatReply:
-        """Extend the lease (``start``: also mark the run INPROGRESS); raises :class:`LeaseLost`."""
+    async def heartbeat(self, *, start: bool, sandbox: Mapping[str, str] | None = None) -> HeartbeatReply:
+        """Extend the lease (``start``: also mark the run INPROGRESS, ``sandbox``: where it runs,
+        :func:`factoryctl.worker.isolation.sandbox_report`); raises :class:`LeaseLost`."""
 
     async def send_logs(self, lines: Sequence[LogLine]) -> None:
         """Append output lines to the run's log; raises :class:`LeaseLost`."""
@@ -127,6 +132,7 @@ class ExecutionSettings:
     guarded: tuple[Path, ...] = ()  # no environment repository is cloned from inside these
     # The agent presets' CLIs found at start (docs/workers.md, "Harnesses"): preset name -> its CLI.
     agents: Mapping[str, AgentCli] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)  # per run (docs/workers.md, "Limits")
 
     @property
     def offered(self) -> tuple[str, ...]:
@@ -146,8 +152,8 @@ class MaskingChannel:
     def __init__(self, channel: RunChannel, secrets: Sequence[str]) -> None:
         self.channel, self.secrets = channel, frozenset(secrets)  # mask()'s cache key, hashed once
 
-    async def heartbeat(self, *, start: bool) -> HeartbeatReply:
-        return await self.channel.heartbeat(start=start)
+    async def heartbeat(self, *, start: bool, sandbox: Mapping[str, str] | None = None) -> HeartbeatReply:
+        return await self.channel.heartbeat(start=start, sandbox=sandbox)
 
     async def send_logs(self, lines: Sequence[LogLine]) -> None:
         await self.channel.send_logs([(stream, redact(text, self.secrets)) for stream, text in lines])
@@ -265,19 +271,9 @@ async def execute(
     (retryable) rather than CANCELLED, since no user asked for it.
     """
     channel = MaskingChannel(channel, job.secret_values())  # docs/workers.md, "Secret masking"
-    try:
-        reply = await channel.heartbeat(start=True)
-    except LeaseLost:
-        log.warning("run %s: lease lost before start", job.run_id)
-        return None
-    if reply.finished:
-        log.info("run %s: %s before it started", job.run_id, reply.state)
-        return None
-    cancel = asyncio.Event()
-    cancel_asked = reply.cancel_requested  # by a user, as opposed to our own shutdown
-    if cancel_asked:
-        cancel.set()
-    buffer = LogBuffer()
+    refused: Outcome | None = None
+    sandbox: Sandbox | None = None
+    limits = settings.limits.for_runner(job.runner)
     try:
         check_runner(job)
         harness = harness_for(
@@ -285,21 +281,43 @@ async def execute(
             settings.harness,
             settings.command,
             env=settings.harness_env,
+            timeout_seconds=limits.seconds,
             agents=settings.agents,
         )
-        runs_agent = isinstance(harness, CommandHarness | PresetHarness)
+        # Every harness runs a process, so every run gets the sandbox (docs/workers.md, "Sandbox").
         sandbox = await sandbox_for(
-            job, command_harness=runs_agent, sandbox=settings.sandbox, required=settings.sandbox_required
+            job, command_harness=True, sandbox=settings.sandbox, required=settings.sandbox_required
         )
-        if isinstance(harness, CommandHarness | PresetHarness):
+        if isinstance(harness, CommandHarness | PresetHarness | EchoHarness):
             harness.sandbox = sandbox  # decided once the harness type is known
+        if isinstance(harness, CommandHarness | EchoHarness):
+            harness.rlimits = await asyncio.to_thread(rlimits, limits, os.geteuid())
     except (SandboxUnavailable, RunnerUnavailable, HarnessUnavailable) as exc:
-        return await _finish(job, channel, buffer, Outcome.failed(str(exc), exc.error_code))
+        refused = Outcome.failed(str(exc), exc.error_code)
     except WorkerError as exc:
-        return await _finish(job, channel, buffer, Outcome.error(str(exc), "harness_unavailable"))
+        refused = Outcome.error(str(exc), "harness_unavailable")
+    try:
+        where = sandbox_report(job, sandbox) if refused is None else None  # a refused run ran nowhere
+        reply = await channel.heartbeat(start=True, sandbox=where)
+    except LeaseLost:
+        log.warning("run %s: lease lost before start", job.run_id)
+        return None
+    if reply.finished:
+        log.info("run %s: %s before it started", job.run_id, reply.state)
+        return None
+    buffer = LogBuffer()
+    if refused is not None:
+        return await _finish(job, channel, buffer, refused)
+    if sandbox is None:
+        await buffer.add("system", unsandboxed_line(settings.sandbox))
+    cancel = asyncio.Event()
+    cancel_asked = reply.cancel_requested  # by a user, as opposed to our own shutdown
+    if cancel_asked:
+        cancel.set()
+    guard = RunGuard(job.run_id, limits, sandboxed=sandbox is not None)
     found = Collected()  # filled from the workspace once the harness ended (docs/workers.md, "Artifacts")
     work = asyncio.create_task(
-        _run_in_workspace(job, harness, settings, cancel, buffer, sandbox, found, sessions=channel)
+        _run_in_workspace(job, harness, settings, cancel, buffer, sandbox, found, guard, sessions=channel)
     )
     loop = asyncio.get_running_loop()
     next_heartbeat = loop.time() + settings.heartbeat_seconds
@@ -346,6 +364,7 @@ async def execute(
         outcome = Outcome.error(
             f"the worker failed while executing the run: {type(exc).__name__}", "internal_error"
         )
+    outcome = guard.outcome(outcome)  # a run over a limit was stopped by its watchdog: FAILED
     if shutdown and outcome.state == "CANCELLED" and not cancel_asked:
         outcome = Outcome.error(SHUTDOWN_MESSAGE, "resource_unavailable", retryable=True)
     return await _finish(job, channel, buffer, outcome, found)
@@ -421,6 +440,7 @@ async def _run_in_workspace(
     buffer: LogBuffer,
     sandbox: Sandbox | None,
     found: Collected,
+    guard: RunGuard,
     *,
     sessions: RunChannel | None = None,
 ) -> Outcome:
@@ -429,6 +449,7 @@ async def _run_in_workspace(
         path = await asyncio.to_thread(create_workspace, settings.workspace_root, job)
     except WorkerError as exc:
         return Outcome.error(str(exc), "workspace_unavailable", retryable=True)
+    guard.start(path, cancel)  # docs/workers.md, "Limits"
     try:
         # Setup commands can read .mcp.json: its secrets are redacted like the environment's.
         secrets = job.secret_values()
@@ -449,7 +470,7 @@ async def _run_in_workspace(
             if prepared is not None:
                 return _redacted(prepared, secrets)
         if job.runner is not None:
-            for note in runner_notes(job.runner):
+            for note in runner_notes(job.runner, guard.limits):
                 await emit("system", note)
             commands = job.runner["setup_commands"]
             if commands:
@@ -475,6 +496,9 @@ async def _run_in_workspace(
         found.files, found.declared, found.notes = collected.files, collected.declared, collected.notes
         return outcome
     finally:
+        left = await guard.stop()  # nothing of the run outlives it (docs/workers.md, "Limits")
+        if left:
+            await buffer.add("system", f"{left} process(es) the run left behind were killed")
         if not settings.keep_workspace:
             try:
                 await asyncio.to_thread(remove_workspace, path)

@@ -63,6 +63,10 @@ DEFAULT_TYPE = "oz"  # the definitions' and SDKs' default: this worker's own har
 
 ECHO_FAIL_MARKER = "[echo:fail]"
 _ECHO_SLEEP = re.compile(r"\[echo:sleep=(\d+(?:\.\d+)?)\]")
+# The echo harness's work in its sandbox: the report (stdin) replaces RESULT.md by a rename, never
+# through a link the run left at that name.
+ECHO_TEMP = ".RESULT.md.echo-tmp"
+ECHO_SCRIPT = f"cat > {ECHO_TEMP} && mv -fT {ECHO_TEMP} {RESULT_FILE}"
 _PLACEHOLDER = re.compile(r"\{(model|workspace|run_id|prompt_file)\}")
 
 
@@ -87,7 +91,16 @@ class EchoHarness:
     - ``[echo:sleep=N]`` waits N seconds first (fractions allowed); setting ``cancel`` meanwhile
       returns CANCELLED, and a job ``timeout_seconds`` below N returns FAILED ``timeout``;
     - ``[echo:fail]`` returns FAILED with error_code ``echo_fail``.
+
+    With a ``sandbox`` its work happens inside one like every harness's (docs/workers.md, "Sandbox"): a
+    shell there writes ``RESULT.md`` (the worker never writes into a workspace a run had its hands on)
+    and does the waiting, so the limits' watchdog, cancel and ``is_sandbox_running`` see a real process.
+    Without one the worker writes the file itself and waits in-process.
     """
+
+    def __init__(self, sandbox: Sandbox | None = None) -> None:
+        self.sandbox = sandbox
+        self.rlimits: Sequence[tuple[int, int]] = ()  # set on its process (factoryctl.worker.watchdog)
 
     async def run(
         self,
@@ -102,11 +115,18 @@ class EchoHarness:
             return Outcome.cancelled()
         emit = RedactingEmitter(on_output, job.secret_values())
         first_line = next((line.strip() for line in job.prompt.splitlines() if line.strip()), "")
-        files = _write_echo_result(job, workspace, first_line)
+        files = _echo_listing(workspace)
+        report = _echo_report(job, first_line, files)
+        if self.sandbox is None:
+            replace_file(workspace / RESULT_FILE, report)
         await emit("stdout", f"echo: {first_line}")
         await emit("stdout", f"echo: {len(files)} workspace file(s): {', '.join(files)}")
         sleep = _ECHO_SLEEP.search(job.prompt)
-        if sleep:
+        if self.sandbox is not None:
+            failed = await self._in_sandbox(job, workspace, report, sleep[1] if sleep else None, cancel, emit)
+            if failed is not None:
+                return failed
+        elif sleep:
             seconds, limit = float(sleep[1]), job.timeout_seconds
             try:
                 await asyncio.wait_for(cancel.wait(), seconds if limit is None else min(seconds, limit))
@@ -117,6 +137,43 @@ class EchoHarness:
         if ECHO_FAIL_MARKER in job.prompt:
             return Outcome.failed(f"echo harness failed as asked by {ECHO_FAIL_MARKER}", "echo_fail")
         return Outcome.succeeded()
+
+    async def _in_sandbox(
+        self,
+        job: Job,
+        workspace: Path,
+        report: bytes,
+        sleep: str | None,
+        cancel: asyncio.Event,
+        emit: RedactingEmitter,
+    ) -> Outcome | None:
+        """Write ``report`` as ``RESULT.md`` and wait ``sleep`` seconds inside the sandbox; the run's
+        outcome when that did not simply succeed."""
+        script = ECHO_SCRIPT + (f" && exec sleep {sleep}" if sleep else "")
+        tail = OutputTail(STDERR_TAIL_CHARS, job.secret_values())
+        try:
+            end = await run_process(
+                ["sh", "-c", script],
+                cwd=workspace,
+                env={"PATH": "/usr/bin:/bin", "FACTORY_RUN_ID": job.run_id},
+                sandbox=self.sandbox,
+                stdin=report,
+                emit=emit,
+                cancel=cancel,
+                timeout_seconds=job.timeout_seconds,
+                grace_seconds=DEFAULT_GRACE_SECONDS,
+                tail=tail,
+                rlimits=self.rlimits,
+            )
+        except OSError as exc:
+            return Outcome.error(
+                f"cannot start the echo harness in its sandbox: {exc}", "harness_start_failed"
+            )
+        if end.how == "cancelled":
+            return Outcome.cancelled()
+        if end.how == "timeout":
+            return Outcome.failed(f"harness timed out after {job.timeout_seconds:g}s", "timeout")
+        return exit_outcome(end.returncode or 0, tail)
 
 
 class CommandHarness:
@@ -147,6 +204,7 @@ class CommandHarness:
         self.env = dict(env) if env is not None else None
         self.grace_seconds = grace_seconds
         self.sandbox = sandbox
+        self.rlimits: Sequence[tuple[int, int]] = ()  # set on its process (factoryctl.worker.watchdog)
 
     def argv(self, job: Job, workspace: Path) -> list[str]:
         """The argument vector for ``job`` (placeholders substituted)."""
@@ -192,6 +250,7 @@ class CommandHarness:
                 timeout_seconds=timeout,
                 grace_seconds=self.grace_seconds,
                 tail=tail,
+                rlimits=self.rlimits,
             )
         except OSError as exc:
             return Outcome.error(
@@ -276,13 +335,16 @@ def harness_for(
     raise HarnessError(f"unknown harness type {chosen!r}; expected one of {', '.join(HARNESS_TYPES)}")
 
 
-def _write_echo_result(job: Job, workspace: Path, first_line: str) -> list[str]:
+def _echo_listing(workspace: Path) -> list[str]:
     with os.scandir(workspace) as entries:  # never follows a symlink: it may point anywhere on the host
-        files = sorted(
+        return sorted(
             f"{e.name}/" if e.is_dir(follow_symlinks=False) else e.name
             for e in entries
             if e.name != RESULT_FILE
         )
+
+
+def _echo_report(job: Job, first_line: str, files: Sequence[str]) -> bytes:
     report = [
         "# Echo harness result",
         "",
@@ -294,5 +356,4 @@ def _write_echo_result(job: Job, workspace: Path, first_line: str) -> list[str]:
         "",
         *(f"- {name}" for name in files),
     ]
-    replace_file(workspace / RESULT_FILE, redact("\n".join(report) + "\n", job.secret_values()).encode())
-    return files
+    return redact("\n".join(report) + "\n", job.secret_values()).encode()

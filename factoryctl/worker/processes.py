@@ -15,6 +15,7 @@ import asyncio
 import codecs
 import contextlib
 import os
+import resource
 import signal
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,14 +56,19 @@ async def run_process(
     home: Path | None = None,
     read_only: Sequence[Path] = (),
     line_limit: int | None = None,
+    rlimits: Sequence[tuple[int, int]] = (),
 ) -> ProcessEnd:
     """Run one harness process to its end in its own process group (in ``sandbox`` when given), feeding
     it ``stdin`` (None: ``/dev/null``) and calling ``emit(stream, line)`` for each line of its stdout and
     stderr (stderr's also go to ``tail``). Whatever ends it, the whole group is stopped before this returns
     (SIGTERM, SIGKILL after ``grace_seconds``), so nothing it started survives. ``home``/``read_only``:
     :func:`~factoryctl.worker.sandbox.start_process`; ``line_limit``: the longest line read whole (longer
-    ones are emitted in pieces; default 64 KiB). Raises OSError when it cannot start."""
-    limit = {"limit": line_limit} if line_limit else {}
+    ones are emitted in pieces; default 64 KiB); ``rlimits``: ``(resource, value)`` set on the process
+    before it starts (inherited by the sandbox and all inside it; :func:`factoryctl.worker.limits.rlimits`).
+    Raises OSError when it cannot start."""
+    limit: dict[str, Any] = {"limit": line_limit} if line_limit else {}
+    if rlimits:
+        limit["preexec_fn"] = _set_rlimits(tuple(rlimits))
     proc = await start_process(
         argv,
         cwd=cwd,
@@ -102,6 +108,17 @@ async def run_process(
     return ProcessEnd(ended, proc.returncode)
 
 
+def _set_rlimits(rlimits: tuple[tuple[int, int], ...]) -> Callable[[], None]:
+    """What the child runs between fork and exec: only ``setrlimit`` calls (no lock, no allocation that
+    another thread of the worker could hold)."""
+
+    def apply() -> None:
+        for which, value in rlimits:
+            resource.setrlimit(which, (value, value))
+
+    return apply
+
+
 def signal_process_group(pgid: int, sig: int) -> None:
     """Send ``sig`` to every process of the group; a group that is already gone is fine."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -116,7 +133,7 @@ def process_group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    table = _process_table()
+    table = process_table()
     return table is None or any(pgrp == pgid for _ppid, pgrp in table.values())
 
 
@@ -150,7 +167,7 @@ async def terminate_process_group(pgid: int, *, grace_seconds: float, poll_secon
         await asyncio.sleep(poll_seconds)
 
 
-def _process_table() -> dict[int, tuple[int, int]] | None:
+def process_table() -> dict[int, tuple[int, int]] | None:
     """``pid -> (ppid, pgrp)`` of every live process (zombies left out); None when /proc cannot be read."""
     table: dict[int, tuple[int, int]] = {}
     try:
@@ -174,7 +191,7 @@ def _process_table() -> dict[int, tuple[int, int]] | None:
 def descendant_groups(pid: int) -> set[int]:
     """The process groups of ``pid``'s descendants (children, their children ...), its own left out when
     they share it: the groups a tool started in a session of its own lives in."""
-    table = _process_table() or {}
+    table = process_table() or {}
     children: dict[int, list[int]] = {}
     for child, (parent, _group) in table.items():
         children.setdefault(parent, []).append(child)

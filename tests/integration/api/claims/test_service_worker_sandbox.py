@@ -1,5 +1,6 @@
 """Service-hosted workers start run-controlled processes only in a sandbox (docs/workers.md, "Sandbox"):
-with no working bubblewrap they refuse the runs that need one, and keep serving the others."""
+with no working bubblewrap they refuse every run (every harness, echo too, runs a process), and a run
+records the sandbox it ran in."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from store.clock import SystemClock
 FINISHED = {"SUCCEEDED", "FAILED", "ERROR", "CANCELLED"}
 
 
-async def test_without_a_sandbox_runs_that_need_one_fail_clearly_and_echo_runs_still_work(
+async def test_without_a_sandbox_every_run_fails_clearly_and_nothing_runs_on_the_host(
     worker_app, tmp_path: Path, aiohttp_client, sessions, new_run, wait_state
 ) -> None:
     marker = tmp_path / "ran"
@@ -36,14 +37,18 @@ async def test_without_a_sandbox_runs_that_need_one_fail_clearly_and_echo_runs_s
     command = await new_run(agent_config={"harness": {"type": "command"}})
     echo = await new_run(prompt="plain echo")
     wake_claimers(app)
-    for run_id, needs in ((setup, "environment setup commands"), (command, "the command harness")):
+    for run_id, needs in (
+        (setup, "environment setup commands"),
+        (command, "the command harness"),
+        (echo, ""),
+    ):
         run = await wait_state(run_id, FINISHED)
         assert run.state == "FAILED", run.status_message
         assert run.status_message is not None
         assert run.status_message["error_code"] == "sandbox_unavailable"
         message = run.status_message["message"]
         assert needs in message and "not installed" in message and "apt-get install bubblewrap" in message
-    assert (await wait_state(echo, FINISHED)).state == "SUCCEEDED"
+        assert run.sandbox is None  # nothing of it ran anywhere
     assert not marker.exists()  # nothing ran on the host
 
 
@@ -62,6 +67,7 @@ async def test_with_the_sandbox_the_same_setup_runs_confined(
     wake_claimers(app)
     run = await wait_state(run_id, FINISHED)
     assert run.state == "SUCCEEDED", run.status_message
+    assert run.sandbox is not None and run.sandbox["kind"] == "bwrap"
 
 
 async def test_a_workspace_root_inside_the_data_directory_is_refused_at_start(

@@ -47,7 +47,12 @@ async def claim(client: Any, key: str, harnesses: list[str] | None = None, worke
 async def start(client: Any, key: str, run_id: str, token: str) -> None:
     resp = await client.post(
         f"/api/v1/workers/runs/{run_id}/heartbeat",
-        json={"worker_id": "wk-1", "lease_token": token, "state": "INPROGRESS"},
+        json={
+            "worker_id": "wk-1",
+            "lease_token": token,
+            "state": "INPROGRESS",
+            "sandbox": {"kind": "bwrap", "network": "none"},
+        },
         headers=auth(key),
     )
     assert resp.status == 200

@@ -12,6 +12,7 @@ from api.runs.config import resolve_config, validate_config
 from factoryctl.worker import HarnessUnavailable, InvalidClaim, RunnerUnavailable
 from factoryctl.worker.harness import CommandHarness, EchoHarness, harness_for
 from factoryctl.worker.job import Job
+from factoryctl.worker.limits import Limits
 from factoryctl.worker.runner import check_runner, runner_notes
 from factoryctl.worker.workspace import create_workspace
 
@@ -37,10 +38,12 @@ def test_runner_notes_say_what_is_not_applied() -> None:
         "platform": {"docker_image": "ubuntu:24.04"},
         "instance_shape": {"vcpus": 2, "memory_gb": 8},
     }
-    notes = runner_notes(runner)
+    limits = Limits().for_runner(runner)  # the worker's 4 GiB is lower than the shape's 8 GB
+    notes = runner_notes(runner, limits)
     assert "docker image 'ubuntu:24.04' is not used" in notes[0]
-    assert "instance shape (2 vCPUs, 8 GB) recorded" in notes[1]
-    assert runner_notes({"name": "plain"}) == []
+    assert "memory 8 GB; the run's memory limit is 4 GiB" in notes[1]
+    assert "2 vCPUs is not enforced" in notes[2]
+    assert runner_notes({"name": "plain"}, limits) == []
 
 
 @pytest.mark.parametrize("kind", ["claude", "codex", "gemini"])
