@@ -139,12 +139,12 @@ def _session(data: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _egress_refused(data: Mapping[str, Any], where: str) -> dict[str, Any]:
-    port = data.get("port")
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+    port = _count(data.get("port"), f"{where}.port")
+    if not 0 < port < 65536:
         _refuse(f"{where}.port", "must be an integer from 1 to 65535")
     return {
         "host": _text(data.get("host"), f"{where}.host", MAX_HOST, allow_empty=False),
-        "port": int(port),
+        "port": port,
         "reason": _text(data.get("reason", ""), f"{where}.reason", MAX_REASON_BYTES),
     }
 
