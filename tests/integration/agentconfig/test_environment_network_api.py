@@ -6,10 +6,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from api.runs.routes import load_openapi
+
 if TYPE_CHECKING:
     from conftest import Ctx
 
 PATH = "/api/v1/environments"
+BASE = "urn:factoryctl:openapi"
+DOCUMENTED = Draft202012Validator(
+    {"$ref": f"{BASE}#/components/schemas/Environment"},
+    registry=Registry().with_resource(BASE, Resource.from_contents(load_openapi(), DRAFT202012)),
+)
 REPO = {"url": "https://github.com/acme/app.git", "path": "app"}
 
 
@@ -20,6 +31,8 @@ async def test_a_policy_round_trips_and_the_effective_one_is_shown(ctx: Ctx) -> 
     )
     assert resp.status == 201, await resp.text()
     got = await (await ctx.client.get(f"{PATH}/web", headers=ctx.member)).json()
+    DOCUMENTED.validate(got)  # the OpenAPI document's Environment, network included
+    assert not DOCUMENTED.is_valid({**got, "network": {"mode": "sometimes", "allow": []}})
     assert got["spec"]["network"] == network
     assert got["network"] == {"mode": "allowlist", "allow": ["github.com:443", "*.npmjs.org:443", "pypi.org"]}
     resp = await ctx.client.put(
