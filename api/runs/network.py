@@ -35,12 +35,13 @@ def network_policy(spec: Mapping[str, Any] | None) -> dict[str, Any]:
     if mode in ("none", "open"):
         return {"mode": mode, "allow": []}
     found: list[HostPattern] = []
-    for repo in spec.get("repos") or []:
+    repos, allow = spec.get("repos"), network.get("allow")
+    for repo in repos if isinstance(repos, list) else []:
         url = repo.get("url") if isinstance(repo, Mapping) else None
         destination = repository_destination(url) if isinstance(url, str) else None
         if destination is not None:
             found.append(destination)
-    for text in network.get("allow") or []:
+    for text in allow if isinstance(allow, list) else []:
         try:
             found.append(parse_pattern(str(text)))
         except BadPattern:

@@ -50,6 +50,8 @@ def test_none_and_open_carry_no_entries(mode: str) -> None:
 def test_a_stored_pattern_that_no_longer_parses_is_left_out() -> None:
     spec = {"network": {"mode": "allowlist", "allow": ["ok.example", "https://bad.example", 7]}}
     assert network_policy(spec) == {"mode": "allowlist", "allow": ["ok.example"]}
+    shapeless = {"repos": "https://x.example", "network": {"mode": "allowlist", "allow": "abc"}}
+    assert network_policy(shapeless) == {"mode": "allowlist", "allow": []}  # never a letter as a host
 
 
 @pytest.mark.parametrize(
