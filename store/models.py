@@ -148,6 +148,11 @@ class Factory(Base):
     last_applied_revision: Mapped[str | None] = mapped_column(String(100))
     last_attempted_revision: Mapped[str | None] = mapped_column(String(100))
     conditions: Mapped[list[Any]] = mapped_column(default=list)
+    # GitOps status (docs/reconcile.md, "Sync status", "Who manages a factory"): the last comparison with
+    # the source, the serve following it, and the git commit of the applied revision.
+    sync: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    manager: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    applied_commit: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     created_at: Mapped[dt.datetime]
     updated_at: Mapped[dt.datetime]
 
@@ -347,6 +352,7 @@ class ApplyRecord(Base):
     duration_ms: Mapped[int] = mapped_column(Integer)
     summary: Mapped[dict[str, Any]] = mapped_column(default=dict)
     errors: Mapped[list[Any]] = mapped_column(default=list)
+    commit: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))  # git sources
 
 
 # --- ingress --------------------------------------------------------------------------------------
