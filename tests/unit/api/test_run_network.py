@@ -72,3 +72,31 @@ def test_a_stored_pattern_that_no_longer_parses_is_left_out() -> None:
 def test_repository_destinations(url: str, shown: str | None) -> None:
     found = repository_destination(url)
     assert (str(found) if found else None) == shown
+
+
+def test_every_policy_the_server_computes_is_one_the_worker_accepts() -> None:
+    """The claim's ``network`` is read by the worker's own parser (docs/workers.md, "Network"): the server
+    must never send a pattern it refuses, or the run fails instead of running under its policy."""
+    from factoryctl.worker.netpolicy import NetworkPolicy
+
+    allow = [
+        "github.com",
+        "*.npmjs.org:443",
+        "10.0.0.7:5432",
+        "[2001:db8::1]:443",
+        "[::1]",
+        "_acme.example.org",
+    ]
+    specs: list[dict[str, Any] | None] = [
+        None,
+        {"repos": REPOS},
+        {"repos": REPOS, "network": {"mode": "allowlist", "allow": allow}},
+        {"repos": [{"url": "https://[2001:db8::2]:8443/a.git"}, {"url": "git://127.0.0.1/a.git"}]},
+        {"network": {"mode": "none"}},
+        {"network": {"mode": "open"}},
+    ]
+    for spec in specs:
+        policy = network_policy(spec)
+        parsed = NetworkPolicy.parse(policy)
+        assert (parsed.mode, list(parsed.allow)) == (policy["mode"], policy["allow"])
+        assert len(parsed.patterns()) == len(policy["allow"])
