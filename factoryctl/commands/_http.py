@@ -95,12 +95,13 @@ def run(ctx: CliContext, args: argparse.Namespace, action: Action, *, key_requir
     (``validate --server``: 1 when the definitions are invalid).
     """
     from factoryctl.client import APIConnectionError, APIError, APIStatusError, APITimeoutError
+    from factoryctl.client.names import NameProblem
 
     as_json = getattr(args, "format", None) == "json"
     try:
         with open_client(ctx, getattr(args, "server", None), key_required=key_required) as client:
             code = action(client)
-    except UsageError as exc:
+    except (UsageError, NameProblem) as exc:  # NameProblem: a name that picks no single object
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except APIStatusError as exc:

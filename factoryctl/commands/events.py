@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +26,6 @@ if TYPE_CHECKING:  # the client (httpx) is imported when the verb runs, not for 
     from factoryctl.client import FactoryClient, TeamStreamEvent
 
 HELP = "follow the team's run events live (HTTP API)"
-FACTORY_ID_PREFIX = "fa"  # store.ids.FACTORY, repeated so the parser does not import the store
-_FACTORY_ID = re.compile(rf"{FACTORY_ID_PREFIX}_[0-9a-z]{{26}}")  # store/ids.py: <prefix>_<26 base32 chars>
 
 
 def register(sub: Any) -> None:  # argparse subparsers
@@ -54,13 +51,10 @@ def register(sub: Any) -> None:  # argparse subparsers
 
 
 def resolve_factory(client: FactoryClient, ref: str) -> str:
-    """The UID of the factory ``ref`` names (see the module docstring)."""
-    if _FACTORY_ID.fullmatch(ref):
-        return ref
-    for factory in client.factories.iter(search=ref):
-        if factory.name == ref:
-            return factory.uid
-    raise UsageError(f"no factory is named {ref!r} (give a factory's name or UID)")
+    """The UID of the factory ``ref`` names; a name no factory has is a usage error (module docstring)."""
+    from factoryctl.client.names import factory_uid
+
+    return factory_uid(client, ref, must_exist=True)
 
 
 def line(event: TeamStreamEvent) -> str:

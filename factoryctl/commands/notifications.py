@@ -138,14 +138,11 @@ def message_row(m: NotificationMessage) -> list[str]:
 
 
 def factory_uid(client: FactoryClient, ref: str) -> str:
-    """The factory ID ``ref`` stands for (see the module docstring): ``events``' lookup, except that a
-    name no factory has is sent as is."""
-    from factoryctl.commands.events import resolve_factory
+    """The factory ID ``ref`` stands for (:mod:`factoryctl.client.names`; a name no factory has is sent
+    as is)."""
+    from factoryctl.client.names import factory_uid as lookup
 
-    try:
-        return resolve_factory(client, ref)
-    except UsageError:
-        return ref
+    return lookup(client, ref)
 
 
 def endpoint_of(client: FactoryClient, factory: str, args: argparse.Namespace) -> str | None:

@@ -59,9 +59,11 @@ def register(sub: Any) -> None:
     lst.add_argument("--created-after", metavar="RFC3339")
     lst.add_argument("--created-before", metavar="RFC3339")
     lst.add_argument("--updated-after", metavar="RFC3339")
-    lst.add_argument("--factory", metavar="UID")
-    lst.add_argument("--automation", metavar="ID")
-    lst.add_argument("--schedule-id", metavar="ID", help="runs a scheduled agent started")
+    lst.add_argument("--factory", metavar="FACTORY", help="runs of this factory (name or UID)")
+    lst.add_argument(
+        "--automation", metavar="AUTOMATION", help="runs of this automation (UID; a name with --factory)"
+    )
+    lst.add_argument("--schedule-id", metavar="SCHEDULE", help="runs a scheduled agent started (name or ID)")
     lst.add_argument("-q", "--query", help="substring of title or prompt")
     lst.add_argument("--sort-by", choices=("updated_at", "created_at", "title"))
     lst.add_argument("--sort-order", choices=("desc", "asc"))
@@ -192,7 +194,22 @@ def _list_filters(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def resolve_filters(client: FactoryClient, args: argparse.Namespace) -> None:
+    """``--factory``, ``--automation`` (within ``--factory``) and ``--schedule-id`` take names too
+    (:mod:`factoryctl.client.names`); a name nothing has is a usage error, as a filter on it would
+    list nothing without saying why."""
+    from factoryctl.client import names
+
+    if args.factory:
+        args.factory = names.factory_uid(client, args.factory, must_exist=True)
+        if args.automation:
+            args.automation = names.automation_uid(client, args.factory, args.automation, must_exist=True)
+    if args.schedule_id:
+        args.schedule_id = names.schedule_id(client, args.schedule_id, must_exist=True)
+
+
 def _list(client: FactoryClient, args: argparse.Namespace) -> None:
+    resolve_filters(client, args)
     runs: list[dict[str, Any]] = []
     cursor = args.cursor
     while True:

@@ -6,9 +6,8 @@ problem (naming the file to edit) is printed like any refusal, exit 1.
 
 A schedule is named by its ID (``sch_...``) or by its name when exactly one schedule has it: names are
 what people read in ``list`` and in ``schedules/<name>.yaml``, but API-created schedules may share
-one, and so may definitions of two factories. An argument shaped like an ID is always an ID (no lookup);
-any other is looked up among the schedules' names, and one that matches none is sent as an ID, so the
-server's 404 is the answer; a name several schedules share is a usage error (exit 2) listing their IDs.
+one, and so may definitions of two factories: :mod:`factoryctl.client.names` decides, as for every kind
+(a name several schedules share is a usage error, exit 2, listing their IDs).
 
 ``--format json`` prints the API's JSON unchanged (``list``: ``{"schedules": [...]}``; ``run-now``: the
 queued run ``{"run_id", "task_id", "state", "at_capacity"}``; ``delete``: ``{"success": true}``).
@@ -18,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +26,6 @@ from factoryctl.commands._output import fields, print_json, table
 if TYPE_CHECKING:  # the client (httpx) is imported when a verb runs, not for --help
     from factoryctl.client import FactoryClient, RawResponse, ScheduledAgent
 
-SCHEDULE_ID_PREFIX = "sch"  # store.ids.SCHEDULE, repeated so the parser does not import the store
-_ID = re.compile(rf"{SCHEDULE_ID_PREFIX}_[0-9a-z]{{26}}")  # store/ids.py: <prefix>_<26 base32 chars>
 TABLE_HEADERS = ("NAME", "ID", "CRON", "TZ", "ENABLED", "NEXT RUN", "LAST RUN", "MANAGED BY")
 
 
@@ -139,13 +135,10 @@ def _show(item: ScheduledAgent) -> None:
 
 
 def resolve(client: FactoryClient, ref: str) -> str:
-    """The schedule ID ``ref`` stands for (see the module docstring)."""
-    if _ID.fullmatch(ref):
-        return ref
-    named = [s.id for s in client.schedules.list() if s.name == ref]
-    if len(named) > 1:
-        raise UsageError(f"{len(named)} schedules are named {ref!r} ({', '.join(named)}): give its ID")
-    return named[0] if named else ref
+    """The schedule ID ``ref`` stands for (:func:`factoryctl.client.names.schedule_id`)."""
+    from factoryctl.client.names import schedule_id
+
+    return schedule_id(client, ref)
 
 
 # --- verbs -----------------------------------------------------------------------------------------

@@ -18,27 +18,29 @@ import argparse
 import itertools
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from factoryctl.commands._http import UsageError, common_options, handler
+from factoryctl.commands._http import Handler, UsageError, common_options, handler
 from factoryctl.commands._output import fields, print_json, table
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a verb runs, not for --help
     from factoryctl.client import Delivery, FactoryClient, FilterTestResult, Webhook, WebhookWithSecret
 
 AUTH_MODES = ("token", "url_token", "signature")
+FACTORY_HELP = "the factory's name or UID"
 
 
 def register(sub: Any) -> None:  # argparse subparsers
     common = common_options()
     hook_args = argparse.ArgumentParser(add_help=False, parents=[common])
-    hook_args.add_argument("factory_uid", metavar="FACTORY_UID")
-    hook_args.add_argument("webhook_uid", metavar="WEBHOOK_UID")
+    hook_args.add_argument("factory_uid", metavar="FACTORY", help=FACTORY_HELP)
+    hook_args.add_argument("webhook_uid", metavar="WEBHOOK", help="the webhook's name or UID")
 
     hooks = sub.add_parser("webhooks", help="create, list, enable/disable, rotate and delete webhooks")
     verbs = hooks.add_subparsers(dest="verb", metavar="VERB", required=True)
     create = verbs.add_parser("create", parents=[common], help="create a webhook; prints its secret once")
-    create.add_argument("factory_uid", metavar="FACTORY_UID")
+    create.add_argument("factory_uid", metavar="FACTORY", help=FACTORY_HELP)
     create.add_argument("--name", required=True, help="lowercase letters, digits and '-'")
     create.add_argument("--auth-mode", choices=AUTH_MODES, help="default token")
     create.add_argument(
@@ -51,10 +53,10 @@ def register(sub: Any) -> None:  # argparse subparsers
         "--secret-from-stdin", action="store_true", help="read the provider's signing secret from stdin"
     )
     create.add_argument("--delivery-id-header", metavar="H", help="header holding the sender's delivery ID")
-    create.set_defaults(handler=handler(_create))
+    create.set_defaults(handler=by_name(_create))
     lst = verbs.add_parser("list", parents=[common], help="list a factory's webhooks")
-    lst.add_argument("factory_uid", metavar="FACTORY_UID")
-    lst.set_defaults(handler=handler(_list))
+    lst.add_argument("factory_uid", metavar="FACTORY", help=FACTORY_HELP)
+    lst.set_defaults(handler=by_name(_list))
     for verb, action, text in (
         ("get", _get, "show one webhook"),
         ("enable", _enable, "accept deliveries again"),
@@ -63,7 +65,7 @@ def register(sub: Any) -> None:  # argparse subparsers
         ("delete", _delete, "delete (senders get 404 at once)"),
     ):
         verb_parser = verbs.add_parser(verb, parents=[hook_args], help=text)
-        verb_parser.set_defaults(handler=handler(action))
+        verb_parser.set_defaults(handler=by_name(action))
         if verb == "rotate-secret":
             verb_parser.add_argument(
                 "--secret-from-stdin",
@@ -78,29 +80,60 @@ def register(sub: Any) -> None:  # argparse subparsers
         "--status", action="append", default=[], metavar="S", help="e.g. Accepted (repeatable)"
     )
     dlist.add_argument("--limit", type=int, default=50, metavar="N", help="show at most N (default 50)")
-    dlist.set_defaults(handler=handler(_deliveries))
+    dlist.set_defaults(handler=by_name(_deliveries))
     dget = dverbs.add_parser("get", parents=[hook_args], help="one delivery, with its payload if accepted")
     dget.add_argument("delivery_id", metavar="DELIVERY_ID")
-    dget.set_defaults(handler=handler(_delivery))
+    dget.set_defaults(handler=by_name(_delivery))
     replay = dverbs.add_parser(
         "replay",
         parents=[hook_args],
         help="start the runs an Accepted delivery matches now (not de-duplicated)",
     )
     replay.add_argument("delivery_id", metavar="DELIVERY_ID")
-    replay.add_argument("--automation-id", metavar="AU", help="replay into this automation only")
-    replay.set_defaults(handler=handler(_replay))
+    replay.add_argument(
+        "--automation-id", metavar="AU", help="replay into this automation only (name or UID)"
+    )
+    replay.set_defaults(handler=by_name(_replay))
 
     autos = sub.add_parser("automations", help="test automation filters against stored deliveries")
     averbs = autos.add_subparsers(dest="verb", metavar="VERB", required=True)
     test = averbs.add_parser(
         "test-filter", parents=[common], help="would a stored delivery start a run of this automation?"
     )
-    test.add_argument("factory_uid", metavar="FACTORY_UID")
-    test.add_argument("automation_uid", metavar="AUTOMATION_UID")
+    test.add_argument("factory_uid", metavar="FACTORY", help=FACTORY_HELP)
+    test.add_argument("automation_uid", metavar="AUTOMATION", help="the automation's name or UID")
     test.add_argument("--delivery-id", required=True, metavar="ID")
-    test.add_argument("--webhook", metavar="UID", help="the webhook that logged it (when IDs repeat)")
-    test.set_defaults(handler=handler(_test_filter))
+    test.add_argument(
+        "--webhook", metavar="WEBHOOK", help="the webhook that logged it, name or UID (when IDs repeat)"
+    )
+    test.set_defaults(handler=by_name(_test_filter))
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+
+def resolve_names(client: FactoryClient, args: argparse.Namespace) -> None:
+    """Every FACTORY, WEBHOOK and AUTOMATION argument becomes a UID (:mod:`factoryctl.client.names`)."""
+    from factoryctl.client import names
+
+    factory = args.factory_uid = names.factory_uid(client, args.factory_uid)
+    if getattr(args, "webhook_uid", None):
+        args.webhook_uid = names.webhook_uid(client, factory, args.webhook_uid)
+    if getattr(args, "webhook", None):
+        args.webhook = names.webhook_uid(client, factory, args.webhook)
+    for attribute in ("automation_uid", "automation_id"):
+        if getattr(args, attribute, None):
+            setattr(args, attribute, names.automation_uid(client, factory, getattr(args, attribute)))
+
+
+def by_name(action: Callable[[FactoryClient, argparse.Namespace], None]) -> Handler:
+    """:func:`handler` for an action whose arguments may be names: they are resolved first."""
+
+    def resolved(client: FactoryClient, args: argparse.Namespace) -> None:
+        resolve_names(client, args)
+        action(client, args)
+
+    return handler(resolved)
 
 
 # --- output ----------------------------------------------------------------------------------------

@@ -119,11 +119,12 @@ def test_a_command_imports_its_own_module_and_no_client_or_store(argv: list[str]
 
 def test_copied_constants_match_the_store() -> None:
     """Parsers are built without the store; the values they repeat must stay the store's."""
-    from factoryctl.commands import keys, plan_apply, schedules, secrets
+    from factoryctl.client.names import PREFIX
+    from factoryctl.commands import keys, plan_apply, secrets
     from store.apikeys import ROLES
-    from store.ids import SCHEDULE
+    from store.ids import AUTOMATION, FACTORY, SCHEDULE, WEBHOOK
     from store.teams import DEFAULT_TEAM
 
     assert keys.ROLES == ROLES
-    assert schedules.SCHEDULE_ID_PREFIX == SCHEDULE
+    assert PREFIX == {"factory": FACTORY, "webhook": WEBHOOK, "automation": AUTOMATION, "schedule": SCHEDULE}
     assert plan_apply.DEFAULT_TEAM == secrets.DEFAULT_TEAM == DEFAULT_TEAM

@@ -13,6 +13,7 @@ import pytest
 
 from factoryctl.cli import build_parser
 from factoryctl.client import ScheduledAgent
+from factoryctl.client.names import AmbiguousName
 from factoryctl.commands import runs, schedules
 from factoryctl.commands._http import UsageError
 
@@ -136,7 +137,8 @@ def test_a_name_nobody_has_is_sent_as_an_id_so_the_server_answers_404() -> None:
 
 
 def test_a_shared_name_is_a_usage_error_listing_the_ids() -> None:
-    with pytest.raises(UsageError, match=rf"2 schedules are named 'nightly' \({SID}, sch_b\): give its ID"):
+    shared = rf"2 schedules are named 'nightly' \({SID}, sch_b\): give its ID"
+    with pytest.raises(AmbiguousName, match=shared):
         resolve(Listing(item(), item(id="sch_b"), item(id="sch_c", name="other")), "nightly")
 
 
