@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from factoryctl.worker.artifacts import Collected, Declared, FileArtifact, collect
+from factoryctl.worker.egress_run import run_network
 from factoryctl.worker.environment import (
     DEFAULT_SETUP_TIMEOUT_SECONDS,
     prepare_environment,
@@ -443,6 +444,34 @@ async def _run_in_workspace(
     guard: RunGuard,
     *,
     sessions: RunChannel | None = None,
+) -> Outcome:
+    """The run inside its sandbox's network (docs/workers.md, "Network"): the egress proxy lives as long
+    as the run's processes."""
+    preset = harness.preset.name if isinstance(harness, PresetHarness) else None
+    network = run_network(
+        job,
+        sandbox,
+        preset=preset,
+        base_env=settings.harness_env,
+        on_event=buffer.add_events,
+        on_output=buffer.add,
+    )
+    async with network as sandbox:
+        if isinstance(harness, CommandHarness | PresetHarness | EchoHarness):
+            harness.sandbox = sandbox
+        return await _prepare_and_run(job, harness, settings, cancel, buffer, sandbox, found, guard, sessions)
+
+
+async def _prepare_and_run(
+    job: Job,
+    harness: Harness,
+    settings: ExecutionSettings,
+    cancel: asyncio.Event,
+    buffer: LogBuffer,
+    sandbox: Sandbox | None,
+    found: Collected,
+    guard: RunGuard,
+    sessions: RunChannel | None,
 ) -> Outcome:
     on_output: OutputCallback = buffer.add
     try:
