@@ -1,11 +1,13 @@
 """Ingress throughput and latency against a bare aiohttp baseline measured in the same run.
 
-    .venv/bin/python bench/ingress.py [--duration 5] [--connections 16] [--automations 1]
+    .venv/bin/python bench/ingress.py [--duration 5] [--connections 16] [--automations 1] [--misses 0]
         [--database URL] [--scenario accept|unknown|badauth] [--processes N] [--profile FILE]
 
 Starts two servers, each in its own process on loopback: the real app (SQLite in WAL mode, limits raised
 so that nothing is rate limited, a token-mode webhook with ``--automations`` matching automations, so
-each accepted delivery also commits that many QUEUED runs) and a bare aiohttp app whose handler reads
+each accepted delivery also commits that many QUEUED runs; ``--misses`` more automations on it whose
+filters do not match, so each delivery also records that many explained misses among its decisions,
+docs/ingress.md, "Decisions") and a bare aiohttp app whose handler reads
 the body and answers 202. Both are driven by the same closed-loop generator - ``wrk`` when installed
 (a Lua script stamps a unique ``X-Factory-Delivery-Id`` on each ~1 KB JSON body), else an aiohttp
 client with a bounded number of in-flight requests - and the script prints accepted/s, p50 and p99 for
@@ -20,7 +22,8 @@ measures the deployed command instead of the bare app: ``factoryctl serve --proc
 ``--processes N`` (JSON access log included), in the same run, and prints their ratio.
 
 It also times routing one delivery against 2,000 compiled payload filters on one webhook: the pure
-in-process match, and the full routing step (the routing-rows SELECT plus matching) on SQLite.
+in-process match, explaining every miss as a delivery's decisions do, and the full routing step (the
+routing-rows SELECT plus matching) on SQLite.
 """
 
 from __future__ import annotations
@@ -105,8 +108,9 @@ end
 # --- servers (run in child processes) ----------------------------------------------------------------
 
 
-async def seed_webhook(db_url: str, key: str, automations: int) -> str:
-    """A token-mode webhook (secret ``TOKEN``) with ``automations`` automations matching ``BODY``; its UID."""
+async def seed_webhook(db_url: str, key: str, automations: int, misses: int = 0) -> str:
+    """A token-mode webhook (secret ``TOKEN``) with ``automations`` automations matching ``BODY`` and
+    ``misses`` automations whose filters do not match it (each fails at a different depth); its UID."""
     engine = create_engine(db_url)
     await migrate(engine)
     clock, box = SystemClock(), SecretBox.from_setting(key)
@@ -125,7 +129,7 @@ async def seed_webhook(db_url: str, key: str, automations: int) -> str:
         )  # fmt: skip
         s.add_all([factory, hook])
         await s.flush()
-        for n in range(automations):
+        for n in range(automations + misses):
             uid = ids.new_id(ids.AUTOMATION)
             s.add(
                 Automation(
@@ -140,11 +144,21 @@ async def seed_webhook(db_url: str, key: str, automations: int) -> str:
                     automation_uid=uid,
                     trigger_index=0,
                     webhook_uid=hook.uid,
-                    payload_filter={"action": "opened"},
+                    payload_filter={"action": "opened"} if n < automations else _miss(n),
                 )
             )
     await engine.dispose()
     return hook.uid
+
+
+def _miss(n: int) -> dict[str, Any]:
+    """A filter ``BODY`` fails: on its first key, its second, or a nested field."""
+    shapes: list[dict[str, Any]] = [
+        {"action": "closed"},
+        {"action": "opened", "sender": {"exists": True}},
+        {"action": ["opened"], "repository": {"name": f"other-{n}"}},
+    ]
+    return shapes[n % len(shapes)]
 
 
 async def _serve(kind: str, port: int, db_url: str, key: str, data_dir: str, auth_limit: int) -> None:
@@ -361,6 +375,12 @@ async def _filters_bench(tmp: Path, key: str) -> dict[str, float]:
     for _ in range(rounds):
         hits = sum(1 for f in compiled if f.matches(payload))
     pure = (time.perf_counter() - start) / rounds
+    start = time.perf_counter()
+    for _ in range(rounds):
+        for f in compiled:
+            if not f.matches(payload):
+                f.explain(payload)
+    explained = (time.perf_counter() - start) / rounds
     webhook = WebhookRow(hook_uid, team_id, factory_uid, "bench", "token", None, None, None, None, None)
     async with sessions() as s:
         await matching_automations(s, webhook, payload, cache)  # warm the compiled-filter cache
@@ -370,7 +390,12 @@ async def _filters_bench(tmp: Path, key: str) -> dict[str, float]:
         routed = (time.perf_counter() - start) / 20
     await engine.dispose()
     assert len(matched) == hits
-    return {"pure_match_ms": pure * 1000, "routing_step_ms": routed * 1000, "matches": hits}
+    return {
+        "pure_match_ms": pure * 1000,
+        "explained_ms": explained * 1000,
+        "routing_step_ms": routed * 1000,
+        "matches": hits,
+    }
 
 
 # --- main ----------------------------------------------------------------------------------------------
@@ -394,6 +419,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--automations", type=int, default=1, help="matching automations (runs per delivery)")
+    parser.add_argument("--misses", type=int, default=0, help="automations whose filter does not match")
     parser.add_argument("--runner", choices=("auto", "wrk", "aiohttp"), default="auto")
     parser.add_argument("--database", help="store URL for the real app (an empty database; default SQLite)")
     parser.add_argument(
@@ -430,7 +456,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="factory-bench-"))
     key = Fernet.generate_key().decode()
     db_url = args.database or f"sqlite+aiosqlite:///{tmp / 'factory.db'}"
-    hook_uid = asyncio.run(seed_webhook(db_url, key, args.automations))
+    hook_uid = asyncio.run(seed_webhook(db_url, key, args.automations, args.misses))
     kinds = ["bare"] + (["serve-1", f"serve-{args.processes}"] if args.processes else ["real"])
     results: dict[str, dict[str, float]] = {}
     growth: dict[str, dict[str, int]] = {}
@@ -482,7 +508,8 @@ def _report(
     print(
         f"load: {'wrk' if _uses_wrk(args) else 'aiohttp'}, {args.connections} connections, "
         f"{args.duration:g}s, {len(BODY)}-byte JSON, scenario {args.scenario}, "
-        f"{args.automations} matching automation(s) per delivery, store {db_url.split(':')[0]}"
+        f"{args.automations} matching automation(s) and {args.misses} not matching per delivery, "
+        f"store {db_url.split(':')[0]}"
     )
     measure = "accepted_per_s" if args.scenario == "accept" else "answered_per_s"
     unit = "accepted/s" if args.scenario == "accept" else "answered/s"
@@ -505,6 +532,7 @@ def _report(
         print(
             f"filters: 2000 compiled filters on one webhook, {int(filters['matches'])} match: "
             f"pure match {filters['pure_match_ms']:.3f} ms/delivery, "
+            f"with every miss explained {filters['explained_ms']:.3f} ms/delivery, "
             f"routing step incl. SELECT {filters['routing_step_ms']:.2f} ms/delivery"
         )
 
