@@ -1,13 +1,14 @@
 """The relay a sandboxed run starts with (docs/workers.md, "Network"): run by the system's Python inside
 the sandbox, so standard library only, and no import of factoryctl.
 
-``python3 -I egress_relay.py SOCKET [--forward PORT]... -- ARGV...`` listens on the sandbox's own loopback
-(a free port for the proxy, and each ``--forward`` port: a loopback model endpoint a CLI may reach without
-its proxy setting), then detaches a relay process and executes ARGV with ``HTTP_PROXY``, ``HTTPS_PROXY``,
-``ALL_PROXY`` (and their lower-case forms) naming the proxy port and ``NO_PROXY`` empty. Each connection is
-piped to the worker's egress proxy at the Unix socket SOCKET; a forwarded port's connections first ask
-the proxy for ``CONNECT 127.0.0.1:PORT``. The sockets listen before ARGV starts, so no connection is lost,
-and the relay ends with the sandbox (bubblewrap's pid namespace ends when ARGV does).
+``python3 -I egress_relay.py SOCKET [--forward HOST:PORT]... -- ARGV...`` listens on the sandbox's own
+loopback (a free port for the proxy, and each ``--forward`` port on 127.0.0.1 and ::1: a loopback model
+endpoint a CLI may reach without its proxy setting), then detaches a relay process and executes ARGV
+with ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` (and their lower-case forms) naming the proxy port
+and ``NO_PROXY`` empty. Each connection is piped to the worker's egress proxy at the Unix socket SOCKET;
+a forwarded port's connections first ask the proxy for ``CONNECT HOST:PORT``. The sockets listen before
+ARGV starts, so no connection is lost, and the relay ends with the sandbox (bubblewrap's pid namespace
+ends when ARGV does).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ CHUNK = 65536
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
-def listen(port: int) -> socket.socket:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def listen(port: int, address: str = "127.0.0.1") -> socket.socket:
+    server = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.1", port))
+    server.bind((address, port))
     server.listen(128)
     return server
 
@@ -41,12 +42,12 @@ def pipe(source: socket.socket, target: socket.socket) -> None:
             target.shutdown(socket.SHUT_WR)
 
 
-def open_tunnel(path: str, forward: int | None) -> socket.socket | None:
+def open_tunnel(path: str, forward: str | None) -> socket.socket | None:
     upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     upstream.connect(path)
     if forward is None:
         return upstream
-    upstream.sendall(f"CONNECT 127.0.0.1:{forward} HTTP/1.1\r\nHost: 127.0.0.1:{forward}\r\n\r\n".encode())
+    upstream.sendall(f"CONNECT {forward} HTTP/1.1\r\nHost: {forward}\r\n\r\n".encode())
     head = b""
     while b"\r\n\r\n" not in head and len(head) < 65536:
         data = upstream.recv(4096)
@@ -59,7 +60,7 @@ def open_tunnel(path: str, forward: int | None) -> socket.socket | None:
     return upstream
 
 
-def relay(client: socket.socket, path: str, forward: int | None) -> None:
+def relay(client: socket.socket, path: str, forward: str | None) -> None:
     try:
         upstream = open_tunnel(path, forward)
     except OSError:
@@ -75,13 +76,13 @@ def relay(client: socket.socket, path: str, forward: int | None) -> None:
     upstream.close()
 
 
-def serve(server: socket.socket, path: str, forward: int | None) -> None:
+def serve(server: socket.socket, path: str, forward: str | None) -> None:
     while True:
         client, _ = server.accept()
         threading.Thread(target=relay, args=(client, path, forward), daemon=True).start()
 
 
-def detach(servers: list[tuple[socket.socket, int | None]], path: str) -> None:
+def detach(servers: list[tuple[socket.socket, str | None]], path: str) -> None:
     """Fork the relay off (twice: the sandbox's init reaps it, ARGV never sees a child it did not start)."""
     if os.fork() != 0:
         os.wait()
@@ -98,17 +99,22 @@ def detach(servers: list[tuple[socket.socket, int | None]], path: str) -> None:
 
 def main(args: list[str]) -> int:
     if "--" not in args or not args or args[0].startswith("-"):
-        print("usage: egress_relay.py SOCKET [--forward PORT]... -- ARGV...", file=sys.stderr)
+        print("usage: egress_relay.py SOCKET [--forward HOST:PORT]... -- ARGV...", file=sys.stderr)
         return 2
     split = args.index("--")
     path, options, argv = args[0], args[1:split], args[split + 1 :]
-    forwards = [int(options[i + 1]) for i, item in enumerate(options) if item == "--forward"]
-    servers: list[tuple[socket.socket, int | None]] = [(listen(0), None)]
-    for port in forwards:
-        try:
-            servers.append((listen(port), port))
-        except OSError as exc:
-            print(f"egress relay: cannot forward port {port}: {exc}", file=sys.stderr)
+    forwards = [options[i + 1] for i, item in enumerate(options) if item == "--forward"]
+    servers: list[tuple[socket.socket, str | None]] = [(listen(0), None)]
+    for authority in forwards:
+        port = int(authority.rpartition(":")[2])
+        problems = []
+        for address in ("127.0.0.1", "::1"):
+            try:
+                servers.append((listen(port, address), authority))
+            except OSError as exc:  # no IPv6 on the loopback, say: the other address is enough
+                problems.append(f"{address}: {exc}")
+        if len(problems) == 2:  # the model is still reached through the proxy variables
+            print(f"egress relay: cannot listen on port {port} ({'; '.join(problems)})", file=sys.stderr)
     proxy = f"http://127.0.0.1:{servers[0][0].getsockname()[1]}"
     detach(servers, path)
     for server, _ in servers:

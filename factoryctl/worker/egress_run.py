@@ -84,7 +84,8 @@ async def run_network(
         shutil.copyfile(RELAY_SOURCE, directory / RELAY_FILE)
         await proxy.start()
         python, python_dirs = relay_python()
-        forward = tuple(sorted({port for host, port in model if host in LOOPBACK_HOSTS}))
+        ports = {port: authority(host, port) for host, port in model if host in LOOPBACK_HOSTS}
+        forward = tuple(ports.values())
         network = SandboxNetwork(egress=directory, python=python, python_dirs=python_dirs, forward=forward)
         await on_output("system", describe(rules))
         yield sandbox.with_network(network)
@@ -95,9 +96,14 @@ async def run_network(
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def authority(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def describe(rules: EgressRules) -> str:
     """The run log's line about its network."""
-    model = ", ".join(f"{host}:{port}" for host, port in sorted(rules.model)) or "none"
+    model = ", ".join(authority(host, port) for host, port in sorted(rules.model)) or "none"
     listed = ", ".join(rules.policy.allow) or "nothing else"
     allowed = f"; allowed: {listed}" if rules.policy.mode == "allowlist" else ""
     mode = rules.policy.mode

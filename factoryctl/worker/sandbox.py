@@ -96,13 +96,13 @@ class SandboxNetwork:
     """One run's network inside its sandbox: the host's (``share_host``), or the egress relay. ``egress``:
     the host directory holding the proxy's socket and the relay script; ``python``: an interpreter the
     sandbox sees (``python_dirs``: what must be bound for it, when it is outside the system directories);
-    ``forward``: loopback ports the relay also listens on (a loopback model endpoint)."""
+    ``forward``: ``host:port`` of loopback model endpoints, whose ports the relay also listens on."""
 
     share_host: bool = False
     egress: Path | None = None
     python: str = "/usr/bin/python3"
     python_dirs: tuple[Path, ...] = ()
-    forward: tuple[int, ...] = ()
+    forward: tuple[str, ...] = ()
 
     def bwrap_args(self) -> list[str]:
         if self.share_host:
@@ -119,8 +119,8 @@ class SandboxNetwork:
         if self.share_host or self.egress is None:
             return list(argv)
         relay = [self.python, "-I", "-S", f"{EGRESS_MOUNT}/{RELAY_FILE}", f"{EGRESS_MOUNT}/{PROXY_SOCKET}"]
-        for port in self.forward:
-            relay += ["--forward", str(port)]
+        for authority in self.forward:
+            relay += ["--forward", authority]
         return [*relay, "--", *argv]
 
 

@@ -27,7 +27,7 @@ def test_the_relay_starts_the_command_with_its_directory_bound_read_only(tmp_pat
         egress=tmp_path / "egress",
         python="/opt/py/bin/python3",
         python_dirs=(Path("/opt/py"),),
-        forward=(4010,),
+        forward=("127.0.0.1:4010",),
     )
     argv = base.with_network(network).argv(["claude", "-p"], tmp_path)
     assert "--unshare-all" in argv and "--share-net" not in argv
@@ -37,6 +37,6 @@ def test_the_relay_starts_the_command_with_its_directory_bound_read_only(tmp_pat
     assert ["--ro-bind", "/opt/py", "/opt/py"] == argv[argv.index("/opt/py") - 1 : argv.index("/opt/py") + 2]
     assert argv[argv.index("--") + 1 :] == [
         "/opt/py/bin/python3", "-I", "-S", f"{EGRESS_MOUNT}/relay.py", f"{EGRESS_MOUNT}/proxy.sock",
-        "--forward", "4010", "--", "claude", "-p",
+        "--forward", "127.0.0.1:4010", "--", "claude", "-p",
     ]  # fmt: skip
     assert base.network is None  # the worker's sandbox is unchanged; the run has its own copy
