@@ -5,8 +5,8 @@ DIR receives ``factory.db`` (SQLite's backup API, safe while ``serve`` runs: :mo
 holds them. Restoring is copying those files into a new data directory (docs/deployment.md, "Backup and
 restore"). A PostgreSQL store is refused with the ``pg_dump`` command to use instead.
 
-Exit codes (docs/cli.md): 0 written; 1 nothing to back up, or the copy failed (no partial file is left);
-2 usage: not a SQLite store, or DIR exists and is not empty.
+Exit codes (docs/deployment.md, "Backup and restore"): 0 written; 1 nothing to back up, or the copy
+failed (no partial file is left); 2 usage: not a SQLite store, or DIR exists and is not empty.
 """
 
 from __future__ import annotations

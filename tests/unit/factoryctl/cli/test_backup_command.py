@@ -1,4 +1,5 @@
-"""``factoryctl backup --to DIR``: what it writes and its exit codes (docs/cli.md, docs/deployment.md)."""
+"""``factoryctl backup --to DIR``: what it writes and its exit codes (docs/deployment.md, "Backup and
+restore")."""
 
 from __future__ import annotations
 
