@@ -32,8 +32,19 @@ endif
 
 install: $(STAMP) $(NODE_STAMP)
 
-run: $(STAMP)
-	$(BIN)/python -m factoryctl.demo --data-dir $(DATA) example-factory
+# `make run` needs the runtime dependencies only (not the dev extras: pytest, Playwright, mypy...); a venv
+# that `make install` or `make test` made already has them. `make run PORT=8081 HOST=0.0.0.0`.
+HOST ?= 127.0.0.1
+PORT ?= 8080
+RUN_STAMP := $(VENV)/.installed-runtime
+$(RUN_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/python -m pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+run: $(if $(wildcard $(STAMP)),$(STAMP),$(RUN_STAMP))
+	$(BIN)/python -m factoryctl.demo --data-dir $(DATA) --host $(HOST) --port $(PORT) example-factory
 
 # The suite runs on every core, up to 4 (pytest-xdist; a module stays on one worker, so its module-scoped
 # servers start once). Each worker has its own SQLite files and its own PostgreSQL template database.
