@@ -42,17 +42,24 @@ CONNECT_TIMEOUT_SECONDS = 15.0
 DRAIN_SECONDS = 30.0  # after one direction of a tunnel ended, how long the other may still run
 MAX_REFUSED = 100
 CHUNK = 64 * 1024
+_GLOBAL_V6 = ipaddress.ip_network("2000::/3")
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te"})
 
 
 def public_only(address: str) -> str | None:
-    """The strictest address rule, for a worker given none: anything but a global unicast address."""
+    """A strict address rule for a worker whose entry point gave none: anything but a global unicast
+    address is refused; an IPv6 address carrying an IPv4 one (mapped, 6to4) is judged as that one, and
+    Teredo and IPv6 outside 2000::/3 (NAT64 among them) are refused outright."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return f"{address!r} is not an IP address"
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        carried = ip.ipv4_mapped or ip.sixtofour
+        if carried is not None:
+            ip = carried
+        elif ip.teredo is not None or ip not in _GLOBAL_V6:
+            return f"{ip} is not a public address"
     return None if ip.is_global and not ip.is_multicast else f"{ip} is not a public address"
 
 
