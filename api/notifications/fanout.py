@@ -13,6 +13,9 @@ Replicas take turns without locks while reading: a turn moves the cursor with a 
 position it read, so of two replicas reading the same events one writes their messages and the other
 writes nothing. An endpoint hears only of events written after
 it was created, and a fresh cursor starts at the newest event, never at the start of history.
+
+A scorer's judgement (a ``score`` event) is read past the same cursor and becomes a ``run.scored`` message
+(:mod:`api.notifications.scores`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.notifications.scores import SCORED, is_score, score_body, score_facts
 from api.runs import events
 from api.runs.artifacts import artifacts_of
 from api.runs.event_cursors import advance_cursor, read_cursor
@@ -72,6 +76,7 @@ async def _runs(session: AsyncSession, run_ids: Iterable[str]) -> dict[str, Any]
     stmt = (
         select(
             Run.run_id,
+            Run.state,
             Run.title,
             Run.source,
             Run.factory_uid,
@@ -114,6 +119,10 @@ def _payload(event: RunEvent, run: Any, artifacts: Sequence[dict[str, Any]] | No
     }
     if artifacts is not None:
         body["data"]["artifacts"] = list(artifacts)
+    return _encode(body)
+
+
+def _encode(body: dict[str, Any]) -> str:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -129,22 +138,15 @@ def _messages(
         run = runs.get(event.run_id)
         if run is None:
             continue  # deleted since (retention): its events went with it
-        facts = RunFacts(
-            state=event.data["state"],
-            previous_state=event.data.get("previous_state"),
-            factory_uid=run.factory_uid,
-            factory_name=run.factory_name,
-            automation_name=run.automation_name,
-            source=run.source,
-        )
+        facts = _facts(event, run)
+        kind = SCORED if is_score(event) else event_type(facts.state)
         body: str | None = None
         for endpoint in endpoints.get(event.team_id, ()):
             if event.created_at < endpoint.created_at:
                 continue
             if not matches(endpoint.events, endpoint.filter, endpoint.factory_uid, facts):
                 continue
-            ended = events.is_terminal(facts.state)
-            body = body or _payload(event, run, (artifacts or {}).get(event.run_id, []) if ended else None)
+            body = body or _body(event, run, artifacts or {})
             rows.append(
                 {
                     "id": ids.new_id(ids.MESSAGE),
@@ -152,7 +154,7 @@ def _messages(
                     "endpoint_uid": endpoint.uid,
                     "run_id": event.run_id,
                     "event_id": event.id,
-                    "event_type": event_type(facts.state),
+                    "event_type": kind,
                     "payload": body,
                     "status": PENDING,
                     "attempts": 0,
@@ -164,8 +166,36 @@ def _messages(
     return rows
 
 
-def _changed(event: RunEvent) -> bool:
-    return is_change(event.data["state"], event.data.get("previous_state"))
+def _facts(event: RunEvent, run: Any) -> RunFacts:
+    """What the endpoints' match looks at: the change, or (a judgement) the run's current state."""
+    if is_score(event):
+        return score_facts(run)
+    return RunFacts(
+        state=event.data["state"],
+        previous_state=event.data.get("previous_state"),
+        factory_uid=run.factory_uid,
+        factory_name=run.factory_name,
+        automation_name=run.automation_name,
+        source=run.source,
+    )
+
+
+def _body(event: RunEvent, run: Any, artifacts: dict[str, list[dict[str, Any]]]) -> str:
+    """A message's body: a judgement's, or a state change's (with artifacts when the run ended)."""
+    if is_score(event):
+        return _encode(score_body(event, run))
+    return _payload(event, run, artifacts.get(event.run_id, []) if _ended(event) else None)
+
+
+def _ended(event: RunEvent) -> bool:
+    return event.kind == events.STATE and events.is_terminal(event.data["state"])
+
+
+def _notifies(event: RunEvent) -> bool:
+    """A change of state, or a scorer's judgement."""
+    if event.kind == events.STATE:
+        return is_change(event.data["state"], event.data.get("previous_state"))
+    return is_score(event)
 
 
 async def fan_out(session: AsyncSession, clock: Clock, *, batch: int = 2000, rounds: int = 5) -> int:
@@ -190,12 +220,12 @@ async def fan_out(session: AsyncSession, clock: Clock, *, batch: int = 2000, rou
         if not rows:
             break
         position = events.position_of(rows[-1])
-        changes = [e for e in rows if e.kind == events.STATE and _changed(e)]
+        changes = [e for e in rows if _notifies(e)]
         if changes:
             endpoints = await _endpoints(session, (e.team_id for e in changes))
             if endpoints:
                 runs = await _runs(session, (e.run_id for e in changes))
-                ended = sorted({e.run_id for e in changes if events.is_terminal(e.data["state"])})
+                ended = sorted({e.run_id for e in changes if _ended(e)})
                 found = await artifacts_of(session, ended)  # one query for the batch's finished runs
                 messages += _messages(changes, endpoints, runs, clock.now(), found)
         if len(rows) < batch:

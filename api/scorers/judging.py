@@ -12,7 +12,8 @@ compare-and-set, and only then writes. It looks at terminal ``state`` events onl
   when this turn inserted it, a judge run: so a run is judged once per scorer even when two replicas,
   or a cursor that went back, see its finish twice;
 - a judge run that ended records its answer (:func:`api.scorers.verdicts.judgement`) on its row, in the
-  judged run's ``scores`` and as a ``score`` event in the judged run's stream.
+  judged run's ``scores`` and as a ``score`` event in the judged run's stream, which the notification
+  fan-out also reads (a ``run.scored`` message, :mod:`api.notifications.scores`).
 
 Every write of a turn is in one transaction with the cursor's move: a turn that fails leaves nothing.
 """
