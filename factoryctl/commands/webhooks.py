@@ -309,10 +309,31 @@ def _delivery(client: FactoryClient, args: argparse.Namespace) -> None:
             ("detail", entry.detail),
         ]
     )
+    _decisions(entry.raw.get("decisions"))
     if "payload" in entry.raw:
         print("payload:")
         for line in json.dumps(entry.payload, indent=2, ensure_ascii=False).splitlines():
             print(f"  {line}")
+
+
+def _decisions(decisions: object) -> None:
+    """Why the delivery started what it did, one line per automation (docs/management.md, "Delivery log")."""
+    if not isinstance(decisions, list):
+        return  # not recorded: a rejected or duplicate entry, a GitHub App delivery, an older entry
+    started = any(isinstance(d, dict) and d.get("run_id") for d in decisions)
+    print("decisions:" + ("" if started else " started nothing"))
+    if not decisions:
+        print("  no automation has a webhook trigger that selects this webhook")
+    for d in decisions:
+        who = f"{d.get('automation_name')} ({d.get('automation_uid')})"
+        if d.get("matched"):
+            run = (
+                f"run {d['run_id']} ({d.get('run_state')})" if d.get("run_id") else "its run no longer exists"
+            )
+            print(f"  matched      {who}: {run}")
+        else:
+            where = f"{d['failed_path']}: " if d.get("failed_path") else ""
+            print(f"  not matched  {who}: {where}{d.get('reason')}")
 
 
 def _replay(client: FactoryClient, args: argparse.Namespace) -> None:
