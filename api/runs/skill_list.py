@@ -1,11 +1,13 @@
 """A run's ordered skill list: the SDK's ``AmbientAgentConfig.skills`` (docs/agent-config.md, "Skills").
 
 A request's ``skills`` is an ordered list of skill specs (``owner/repo:skill`` or ``owner/repo:path``),
-mutually exclusive with ``skill_spec``. The first is the run's *primary* skill: it is stored as
-``skill_spec`` too, so the one path that reads the primary skill (the prompt rule, resolution at creation,
-the claim's ``skill_body``) reads one key, and responses show it there as the SDK's do. The others are
-resolved at creation like the primary and stored under the private key :data:`EXTRA_SKILLS_KEY`; the
-claim hands them to the worker as the files under ``$FACTORY_SKILLS_DIR`` that an agent's own skills are.
+mutually exclusive with ``skill_spec`` — except the ``skill_spec`` a response shows beside ``skills`` (their
+first), so a config read back from the API can be sent again as it is. The first is the run's *primary*
+skill: it is stored as ``skill_spec`` too, so the one path that reads the primary skill (the prompt rule,
+resolution at creation, the claim's ``skill_body``) reads one key, and responses show it there as the SDK's
+do. The others are resolved at creation like the primary and stored under the private key
+:data:`EXTRA_SKILLS_KEY`; the claim hands them to the worker as the files under ``$FACTORY_SKILLS_DIR``
+that an agent's own skills are.
 
 Definitions name skills in the same ``skills`` key, by *object* name (``triage`` or ``agent/triage``,
 docs/definitions.md); such a name never contains ``:``, which every spec does (:func:`is_spec`).
@@ -47,13 +49,20 @@ def spec_problem(value: str) -> str | None:
 
 def validate_skills(config: Mapping[str, Any], field: str) -> list[dict[str, Any]]:
     """Field errors of a request config's ``skills``: a non-empty list of distinct valid specs, at most
-    :data:`MAX_SKILLS`, and not given together with ``skill_spec``."""
+    :data:`MAX_SKILLS`, and not given together with another ``skill_spec`` than its first."""
     value = config.get("skills")
     where = f"{field}.skills"
     if value is None:
         return []
-    if config.get("skill_spec") is not None:
-        return [field_error(where, f"give either {field}.skill_spec or {field}.skills, not both")]
+    spec = config.get("skill_spec")
+    if spec is not None and not (isinstance(value, list) and value and value[0] == spec):
+        return [
+            field_error(
+                where,
+                f"give either {field}.skill_spec or {field}.skills, not both"
+                f" ({field}.skill_spec may only repeat the first of {field}.skills, as responses show it)",
+            )
+        ]
     if not isinstance(value, list):
         return [field_error(where, "must be an array of skill specs ('owner/repo:skill-name')")]
     if not value:

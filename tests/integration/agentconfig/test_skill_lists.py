@@ -70,7 +70,7 @@ async def test_a_single_skill_list_is_a_primary_skill_only(ctx: Ctx) -> None:
     ("body", "field", "needle"),
     [
         (
-            {"config": {"skill_spec": "acme/skills:triage", "skills": ["acme/skills:triage"]}},
+            {"config": {"skill_spec": "acme/skills:triage", "skills": ["acme/skills:x/SKILL.md"]}},
             "config.skills",
             "either config.skill_spec or config.skills, not both",
         ),

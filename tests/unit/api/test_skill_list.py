@@ -46,3 +46,11 @@ def test_other_skills_get_one_plain_directory_each() -> None:
         "lint-3",
     ]
     assert directory_name("..hidden name") == "hidden-name" and directory_name("...") == "skill"
+
+
+def test_skill_spec_may_repeat_only_the_first_of_skills() -> None:
+    """A config read back from the API (``skill_spec`` = the first of ``skills``) can be sent again."""
+    shown = {"skill_spec": "acme/tools:a", "skills": ["acme/tools:a", "acme/tools:b"]}
+    assert validate_config(shown) == []
+    other = validate_config({"skill_spec": "acme/tools:b", "skills": ["acme/tools:a", "acme/tools:b"]})
+    assert [e["field"] for e in other] == ["config.skills"] and "not both" in other[0]["message"]

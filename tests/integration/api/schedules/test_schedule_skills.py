@@ -59,6 +59,10 @@ async def test_a_schedule_with_skills_needs_no_prompt_and_its_runs_carry_them(
     created = await resp.json()
     assert not [e.message for e in ITEM.iter_errors(created)]
     assert created["agent_config"] == {"skills": SKILLS, "skill_spec": SKILLS[0]}
+    again = {**body, "enabled": True, "agent_config": created["agent_config"]}  # sent back as it was shown
+    resp = await client.put(f"{SCHEDULES}/{created['id']}", json=again, headers=h(member_key))
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["agent_config"] == created["agent_config"]
     resp = await client.post(f"{SCHEDULES}/{created['id']}/run", headers=h(member_key))
     assert resp.status == 200, await resp.text()
     run_id = (await resp.json())["run_id"]
@@ -78,7 +82,7 @@ async def test_a_schedule_with_skills_needs_no_prompt_and_its_runs_carry_them(
     [
         ({"skills": ["acme/skills:triage", "acme/skills:gone"]}, "agent_config.skills[1]", "no skill 'gone'"),
         (
-            {"skills": SKILLS, "skill_spec": SKILLS[0]},
+            {"skills": SKILLS, "skill_spec": SKILLS[1]},
             "agent_config.skills",
             "either agent_config.skill_spec or agent_config.skills",
         ),
