@@ -7,6 +7,7 @@ import asyncio
 import sys
 from typing import Any
 
+from factoryctl.commands.worker import add_limit_flags
 from factoryctl.context import CliContext
 
 
@@ -75,6 +76,7 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="also in every sandbox, writable (shared by all runs of all teams)",
     )
+    add_limit_flags(p)  # per run of the service-hosted workers (docs/workers.md, "Limits")
     p.add_argument("--public-url", default=None, help="external base URL used in ingress URLs")
     p.add_argument(
         "--delivery-rate-limit", type=int, default=None, help="deliveries per webhook per minute (60)"

@@ -44,6 +44,7 @@ from factoryctl.worker.execution import (
     job_for_claim,
 )
 from factoryctl.worker.job import Outcome
+from factoryctl.worker.limits import Limits
 from factoryctl.worker.presets.base import AgentEvent
 from factoryctl.worker.presets.registry import AgentCli
 from factoryctl.worker.sandbox import Sandbox, check_layout
@@ -207,18 +208,20 @@ def service_workers(
     sandbox: Sandbox | None = None,
     guarded: Sequence[Path] = (),
     agents: Mapping[str, AgentCli] | None = None,
+    limits: Limits | None = None,
 ) -> Lifecycle:
     """A cleanup_ctx lifecycle running ``n`` service-hosted workers.
 
     ``agents``: the agent CLIs found and version-checked at start (``--harness claude`` ...), which the
-    workers offer (docs/workers.md, "Harnesses").
+    workers offer (docs/workers.md, "Harnesses"); ``limits``: each run's (None: the defaults,
+    docs/workers.md "Limits").
 
     The lease reaper is a separate lifecycle (:func:`api.claims.reaper.lease_reaper`): it must run
     even with no service-hosted worker, because self-hosted workers hold leases too.
 
-    Run-controlled processes (setup commands, the command harness and what it starts) run only inside
-    ``sandbox`` (None: bubblewrap from PATH); runs that need one are refused (FAILED
-    ``sandbox_unavailable``) while it does not work (docs/workers.md, "Sandbox"). ``workspace_root``
+    Every run's processes (setup commands, the harness, echo included, and what it starts) run only
+    inside ``sandbox`` (None: bubblewrap from PATH); runs are refused (FAILED ``sandbox_unavailable``)
+    while it does not work (docs/workers.md, "Sandbox"). ``workspace_root``
     None is a fresh private directory under the system temp dir, removed at stop; a root that overlaps
     the data directory or ``guarded`` (a SQLite database's directory) is refused at start.
     ``harness_env`` None lets agents inherit this process's environment (pass a scrubbed copy, see
@@ -237,7 +240,7 @@ def service_workers(
         if n:
             problem = await asyncio.to_thread(confine.problem)
             if problem is not None:
-                log.warning("service-hosted workers: no sandbox (%s); runs that need one will fail", problem)
+                log.warning("service-hosted workers: no sandbox (%s); every run will fail", problem)
         execution = ExecutionSettings(
             harness=harness_name,
             command=command,
@@ -248,6 +251,7 @@ def service_workers(
             sandbox_required=True,
             guarded=(settings.data_dir, *guarded),
             agents=dict(agents or {}),
+            limits=limits or Limits(),
         )
         stop, abort = asyncio.Event(), asyncio.Event()
         instance = secrets.token_hex(4)

@@ -14,6 +14,7 @@ from api.context import ServerSettings
 from api.notifications.policy import NotificationSettings
 from factoryctl.context import CliContext
 from factoryctl.serve.group import parse_processes
+from factoryctl.worker.limits import Limits, limits_from
 from factoryctl.worker.presets.registry import AgentCli, AgentCliProblem, agents_for, parse_agent_cli
 from factoryctl.worker.sandbox import DEFAULT_BWRAP, check_layout
 
@@ -57,6 +58,7 @@ class ServeOptions:
     sandbox_rw: tuple[Path, ...] = ()
     guarded: tuple[Path, ...] = ()  # never within a run's reach: the data dir, a SQLite database's dir
     agent_env: tuple[str, ...] = ()  # --agent-env: server variables service-hosted runs also get
+    limits: Limits = field(default_factory=Limits)  # per service-hosted run (docs/workers.md, "Limits")
     db_connect_attempts: int = 8
     env: dict[str, str] = field(default_factory=dict)  # the CLI's environment (agents get it scrubbed)
     notifications: NotificationSettings = field(default_factory=NotificationSettings)
@@ -154,6 +156,12 @@ class ServeOptions:
             tuple(Path(p).resolve() for p in (flag or env.get(f"FACTORY_{name}", "").split(os.pathsep)) if p)
             for flag, name in ((args.sandbox_ro, "SANDBOX_RO"), (args.sandbox_rw, "SANDBOX_RW"))
         )
+        limits = limits_from(
+            pick(getattr(args, "memory_limit", None), "MEMORY_LIMIT", None),
+            pick(getattr(args, "process_limit", None), "PROCESS_LIMIT", None),
+            pick(getattr(args, "disk_limit", None), "DISK_LIMIT", None),
+            pick(getattr(args, "time_limit", None), "TIME_LIMIT", None),
+        )
         guarded = guarded_paths(ctx)
         if workers:
             check_layout(guarded, workspace_dir, sandbox_ro, sandbox_rw)
@@ -174,6 +182,7 @@ class ServeOptions:
             sandbox_ro=sandbox_ro,
             sandbox_rw=sandbox_rw,
             guarded=guarded,
+            limits=limits,
             agent_env=tuple(args.agent_env or [n for n in env.get("FACTORY_AGENT_ENV", "").split(",") if n]),
             env=dict(env),
             db_connect_attempts=max(1, int(env.get("FACTORY_DB_CONNECT_ATTEMPTS") or 8)),

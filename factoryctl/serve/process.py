@@ -115,6 +115,7 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
             sandbox=Sandbox(options.bwrap, read_only=options.sandbox_ro, writable=options.sandbox_rw),
             guarded=options.guarded,
             agents=options.agents,
+            limits=options.limits,
         )
     )
     out.append(retention_job())  # delivery-log retention and rate-counter pruning
