@@ -34,6 +34,7 @@ from reconciler.locks import acquire
 from reconciler.plan import Plan, StoreState, diff
 from reconciler.registry import KINDS
 from reconciler.specs import FactoryDefinition
+from reconciler.syncstate import SYNCED, UNKNOWN, ManagedElsewhere, Manager, active, describe, refusal, status
 from store.clock import Clock, rfc3339
 from store.crypto import SecretBox
 from store.models import ApplyRecord, Factory, Team
@@ -62,6 +63,7 @@ class ReconcileOutcome:
     factory_name: str | None = None
     factory_uid: str | None = None
     files: int = 0
+    reason: str | None = None  # why it failed, when the caller must tell (``ManagedElsewhere``)
 
     @property
     def ok(self) -> bool:
@@ -108,7 +110,7 @@ def conditions(
     return out
 
 
-def _first_error(diagnostics: tuple[Diagnostic, ...], error: str | None) -> str:
+def first_error(diagnostics: tuple[Diagnostic, ...], error: str | None) -> str:
     if error:
         return error
     errors = [d for d in diagnostics if d.severity == "error"]
@@ -196,6 +198,9 @@ async def reconcile(
     expected_plan: str | None = None,
     cache: LoadCache | None = None,
     follow_symlinks: bool = True,
+    commit: dict[str, Any] | None = None,
+    manager: Manager | None = None,
+    force: bool = False,
 ) -> ReconcileOutcome:
     """Plan (``dry_run``) or apply the factory directory ``root`` for ``team``.
 
@@ -204,6 +209,10 @@ async def reconcile(
     a :meth:`Plan.digest` the caller showed and had approved: if the plan differs now, nothing is
     applied. ``cache`` (long-running loops) skips re-loading a directory whose files did not change.
     ``follow_symlinks`` False (git snapshots) reports every symlink instead of following it.
+    ``commit`` describes a git ``revision`` (recorded with it). ``manager`` is the ``serve`` applying its
+    source (recorded as the factory's manager); an apply to a factory another live manager holds is
+    refused (``reason="ManagedElsewhere"``, nothing recorded) unless ``force`` (docs/reconcile.md, "Who
+    manages a factory").
     """
     started, t0 = clock.now(), clock.monotonic()
     loaded, where = await asyncio.to_thread(_load, root, cache, follow_symlinks)
@@ -237,6 +246,7 @@ async def reconcile(
             await acquire(session, team, name, now=started)
             team_id = (await ensure_team(session, team, clock)).id
             state = await read_state(session, team_id, name)
+            holder = await _holder(session, team_id, name, manager, force, clock.now())
             plan, warnings = await checks.plan(session, team_id, state)
             if expected_plan is not None and plan.digest() != expected_plan:
                 raise ApplyRefused("the plan changed since it was shown; run apply again")
@@ -257,8 +267,18 @@ async def reconcile(
             factory.conditions = conditions(
                 factory.conditions, ready=True, reason="Applied", message=f"applied revision {rev}", now=now
             )
-            session.add(_history(team_id, started, result))
+            factory.applied_commit = commit
+            if manager is not None:
+                factory.manager = manager.record(now)
+            if holder is not None:  # forced over a live manager: its next check compares its own source
+                note = f"applied with --force from {source or where}; the {describe(holder)} checks it next"
+                factory.sync = status(UNKNOWN, rev, now, message=note, previous=factory.sync)
+            else:
+                factory.sync = status(SYNCED, rev, now, previous=factory.sync)
+            session.add(_history(team_id, started, result, commit))
         return result
+    except ManagedElsewhere as exc:
+        return outcome("failed", error=str(exc), factory_name=name, reason="ManagedElsewhere")
     except (DefinitionsInvalid, ApplyRefused) as exc:
         diags = tuple(exc.diagnostics) if isinstance(exc, DefinitionsInvalid) else ()
         failed = outcome("failed", diagnostics=diags, error=None if diags else str(exc), factory_name=name)
@@ -274,7 +294,25 @@ async def reconcile(
         raise
 
 
-def _history(team_id: str, started: dt.datetime, result: ReconcileOutcome) -> ApplyRecord:
+async def _holder(
+    session: AsyncSession, team_id: str, name: str, manager: Manager | None, force: bool, now: dt.datetime
+) -> dict[str, Any] | None:
+    """The live manager record of another source that this apply overrides (``force``), else None;
+    raises :class:`ManagedElsewhere` when it may not."""
+    row = await find_factory(session, team_id, name)
+    if row is None or row.managed_by != MANAGED_BY:
+        return None
+    holder = active(row.manager, now)
+    if holder is None or (manager is not None and manager.same(holder)):
+        return None
+    if not force:
+        raise refusal(name, row.uid, holder)
+    return holder
+
+
+def _history(
+    team_id: str, started: dt.datetime, result: ReconcileOutcome, commit: dict[str, Any] | None = None
+) -> ApplyRecord:
     plan = result.plan
     summary = plan.summary() | {"changes": [c.to_json() for c in plan.changes]} if plan else {}
     return ApplyRecord(
@@ -287,6 +325,7 @@ def _history(team_id: str, started: dt.datetime, result: ReconcileOutcome) -> Ap
         duration_ms=result.duration_ms,
         summary=summary,
         errors=result.errors_json(),
+        commit=commit,
     )
 
 
@@ -309,7 +348,7 @@ async def _record_failure(
             factory = None  # an API-managed factory is not ours to mark
         if factory is not None:
             factory.last_attempted_revision = failed.revision
-            message = _first_error(failed.diagnostics, failed.error)
+            message = first_error(failed.diagnostics, failed.error)
             factory.conditions = conditions(
                 factory.conditions, ready=False, reason=reason, message=message, now=clock.now()
             )

@@ -20,8 +20,27 @@ def factory_json(row: Factory) -> dict[str, Any]:
         "last_applied_revision": row.last_applied_revision,
         "last_attempted_revision": row.last_attempted_revision,
         "conditions": list(row.conditions or []),
+        "sync": sync_json(row),
+        "manager": dict(row.manager) if row.manager else None,
+        "applied_commit": dict(row.applied_commit) if row.applied_commit else None,
         "created_at": rfc3339(row.created_at),
         "updated_at": rfc3339(row.updated_at),
+    }
+
+
+def sync_json(row: Factory) -> dict[str, Any] | None:
+    """The factory's GitOps sync record (docs/reconcile.md, "Sync status"); ``Unknown`` until the first
+    comparison, null for API-managed factories (they have no source)."""
+    if row.managed_by != "definitions":
+        return None
+    found = dict(row.sync or {})
+    return {
+        "status": found.get("status", "Unknown"),
+        "revision": found.get("revision", row.last_applied_revision),
+        "drift": list(found.get("drift") or []),
+        "checked_at": found.get("checked_at"),
+        "message": found.get("message") or ("" if found else "not compared with its source yet"),
+        "last_heal": found.get("last_heal"),
     }
 
 
@@ -84,6 +103,7 @@ def apply_json(row: ApplyRecord | None) -> dict[str, Any] | None:
         "duration_ms": row.duration_ms,
         "summary": row.summary or {},
         "errors": list(row.errors or []),
+        "commit": dict(row.commit) if row.commit else None,
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class Snapshot:
     reported, never followed). ``problem`` is set when the revision itself could not be read (a
     malformed git tree): it is then recorded as a failed reconcile of ``revision`` without loading
     ``root``, and the source goes on to later revisions (docs/reconcile.md, "A failing revision").
+    ``commit`` describes a git revision (:meth:`reconciler.sources.git.GitSource.commit_info`).
     """
 
     root: Path
@@ -26,3 +28,4 @@ class Snapshot:
     forced: bool = False
     follow_symlinks: bool = True
     problem: str | None = None
+    commit: dict[str, Any] | None = None

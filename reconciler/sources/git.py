@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import safegit
-from reconciler import SourceError, registry
+from reconciler import SourceError, forge, registry
 from reconciler.loader import MAX_FILE_BYTES
 from reconciler.sources import Snapshot
 
@@ -47,6 +47,8 @@ DEFINITION_ROOTS = registry.ROOTS  # the factory's files and every kind's folder
 GIT_TIMEOUT_SECONDS = 120.0
 SYMLINK_PLACEHOLDER = "symlink-not-followed"  # what an exported symlink points at: nothing
 _KEEP_SNAPSHOTS = 3
+_COMMIT_FORMAT = "%H%x00%s%x00%an%x00%ae%x00%cI"  # NUL-separated: a subject may hold anything else
+_SUBJECT_CHARS = 300
 _OID = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
 
 
@@ -217,6 +219,24 @@ class GitSource:
                 handle.write(out[start:end])
             position = end + 1
 
+    def commit_info(self, sha: str) -> dict[str, str | None]:
+        """What the console and the API show of commit ``sha``: SHA, subject, author, commit time and the
+        remote it came from, credentials hidden (docs/reconcile.md, "Sync status")."""
+        raw = self._git("show", "-s", "--no-color", "--encoding=UTF-8", f"--format={_COMMIT_FORMAT}", sha)
+        fields = raw.decode("utf-8", "replace").rstrip("\n").split("\0")
+        if len(fields) != 5:
+            raise SourceError(f"commit {sha[:12]}: unexpected metadata from git")
+        full, subject, author, email, committed = fields
+        return {
+            "sha": full,
+            "subject": subject[:_SUBJECT_CHARS],
+            "author": author[:_SUBJECT_CHARS],
+            "author_email": email[:_SUBJECT_CHARS],
+            "committed_at": committed,
+            "remote": self.shown,
+            "url": forge.commit_url(self.url, full),
+        }
+
     def _prune(self, keep: str) -> None:
         snaps = sorted(
             (p for p in self.snapshot_dir.iterdir() if p.is_dir() and not p.name.startswith(".")),
@@ -237,7 +257,11 @@ class GitSource:
             return Snapshot(
                 self.snapshot_dir / sha, sha, forced=forced, follow_symlinks=False, problem=problem
             )
-        return Snapshot(root, sha, forced=forced, follow_symlinks=False)
+        try:
+            commit = self.commit_info(sha)
+        except (SourceError, safegit.GitError):
+            commit = None  # the tree was readable: apply it, without the commit's description
+        return Snapshot(root, sha, forced=forced, follow_symlinks=False, commit=commit)
 
     # --- the polling loop -----------------------------------------------------------------------
 

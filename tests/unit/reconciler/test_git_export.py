@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import git
 import pytest
 from gitobjects import Entry
 from gitobjects import ObjectRepo as Repo
@@ -172,3 +173,21 @@ def test_fetch_errors_name_the_problem(repo: Repo, source: GitSource, tmp_path: 
     missing = GitSource(str(tmp_path / "nope"), "main", tmp_path / "data2")
     with pytest.raises(SourceError, match="cannot fetch"):
         missing.fetch()
+
+
+def test_a_snapshot_describes_its_commit(tmp_path: Path) -> None:
+    """SHA, subject, author and commit time come from git; a remote that is no forge is not linked."""
+    src = tmp_path / "described"
+    repo = git.Repo.init(src, initial_branch="main")
+    (src / "factory.yaml").write_text("name: demo\n")
+    repo.git.add(A=True)
+    author = git.Actor("Ada Lovelace", "ada@example.com")
+    repo.index.commit("Add the factory\n\nA body that is not the subject.", author=author, committer=author)
+    source = GitSource(str(src), "main", tmp_path / "data")
+    sha = source.fetch()
+    snapshot = source._snapshot(sha, forced=False)
+    assert snapshot.commit is not None
+    assert snapshot.commit["sha"] == sha and snapshot.commit["subject"] == "Add the factory"
+    assert (snapshot.commit["author"], snapshot.commit["author_email"]) == ("Ada Lovelace", "ada@example.com")
+    assert snapshot.commit["committed_at"] == repo.head.commit.committed_datetime.isoformat()
+    assert snapshot.commit["remote"] == str(src) and snapshot.commit["url"] is None  # not a forge
