@@ -8,11 +8,15 @@ proxy; clients of the test connect from other loopback addresses (127.0.0.2, .3:
 to a replica), so each one's address is known. The tests show webhook ingress through nginx at the URL the
 API shows (202, served by both replicas), a run's event stream delivering an event before it ends, the
 sign-in failure budget counting the client nginx forwards (and not an address the client wrote, nor
-headers sent by anyone but nginx), and Secure cookies over the https the proxy terminated.
+headers sent by anyone but nginx), and Secure cookies over the https the proxy terminated. A second setup,
+one replica on SQLite without ``--public-url``, shows what nginx's ``X-Forwarded-Proto`` does on its own
+(Secure cookies; the same header sent straight to the replica is ignored) and that URLs shown to users come
+from configuration, never from forwarded headers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -26,7 +30,7 @@ import httpx
 import pytest
 from serve_support import Served, free_port, serving, stop, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = pytest.mark.slow  # the two-replica tests need PostgreSQL (their fixture skips without)
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "deploy" / "nginx" / "factoryctl.conf"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -38,8 +42,7 @@ BUDGET = 3  # --client-auth-failure-limit of both replicas
 class Stack:
     url: str  # nginx, https
     http_port: int  # nginx, plain http
-    replicas: tuple[Served, Served]
-    nginx_log: Path
+    replicas: tuple[Served, ...]
 
     @property
     def key(self) -> str:
@@ -107,32 +110,46 @@ def certificate(tmp: Path) -> None:
     )
 
 
+@contextlib.contextmanager
+def nginx_in_front(
+    tmp: Path, upstreams: list[int], https_port: int | None = None
+) -> Iterator[tuple[str, int]]:
+    """The real nginx with the shipped site file in front of ``upstreams`` (loopback ports), in the
+    foreground; yields its https URL and its plain-http port once it proxies ``/healthz``."""
+    https_port, http_port = https_port or free_port(), free_port()
+    url = f"https://127.0.0.1:{https_port}"
+    certificate(tmp)
+    config = main_config(tmp, site_config(tmp, https_port, http_port, upstreams))
+    args = [NGINX, "-p", str(tmp), "-e", str(tmp / "error.log"), "-c", str(config)]
+    checked = subprocess.run([*args, "-t"], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    log = tmp / "nginx.out"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        logs = [log, tmp / "error.log"]
+        wait_for(lambda: _answers(url), 20, "nginx proxying /healthz", alive=[proc], logs=logs)
+        yield url, http_port
+    finally:
+        proc.send_signal(signal.SIGQUIT)  # graceful: open streams are closed first
+        try:
+            proc.wait(15)
+        finally:
+            stop(proc)
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, pg_template: Any) -> Iterator[Stack]:
+    """Two replicas on one PostgreSQL database behind nginx, as docs/deployment.md sets them up."""
     if pg_template is None:
         pytest.skip("FACTORY_TEST_POSTGRES_URL not set")
     assert Path(NGINX).exists(), "nginx is not installed (apt-get install nginx; .ci/run installs it)"
-    tmp = tmp_path_factory.mktemp("nginx")
-    https_port, http_port, ports = free_port(), free_port(), [free_port(), free_port()]
+    ports = [free_port(), free_port()]
+    https_port = free_port()
     url = f"https://127.0.0.1:{https_port}"
-    certificate(tmp)
-    config = main_config(tmp, site_config(tmp, https_port, http_port, ports))
-    checked = subprocess.run(
-        [NGINX, "-t", "-p", str(tmp), "-e", str(tmp / "error.log"), "-c", str(config)],
-        capture_output=True,
-        text=True,
-    )
-    assert checked.returncode == 0, checked.stderr
-
     database = pg_template.new_database()
-    replica = (
-        "--trusted-proxy",
-        "127.0.0.1",
-        "--public-url",
-        url,
-        "--client-auth-failure-limit",
-        str(BUDGET),
-    )
+    replica = ("--trusted-proxy", "127.0.0.1", "--public-url", url)
+    replica += ("--client-auth-failure-limit", str(BUDGET))
     data = tmp_path_factory.mktemp("replicas")
     try:
         with (
@@ -140,39 +157,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory, pg_template: Any) -> Iterato
             serving(
                 data / "b", *replica, env=ENV, database=database, port=ports[1], key_file=a.key_file
             ) as b,
+            nginx_in_front(tmp_path_factory.mktemp("nginx"), ports, https_port) as (shown, http_port),
         ):
-            log = tmp / "nginx.out"
-            with log.open("ab") as out:
-                proc = subprocess.Popen(
-                    [NGINX, "-p", str(tmp), "-e", str(tmp / "error.log"), "-c", str(config)],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            try:
-                stack = Stack(url, http_port, (a, b), tmp / "error.log")
-                wait_for(
-                    lambda: _answers(stack),
-                    20,
-                    "nginx proxying /healthz",
-                    alive=[proc],
-                    logs=[log, stack.nginx_log],
-                )
-                yield stack
-            finally:
-                proc.send_signal(signal.SIGQUIT)  # graceful: open streams are closed first
-                try:
-                    proc.wait(15)
-                finally:
-                    stop(proc)
+            assert shown == url
+            yield Stack(url, http_port, (a, b))
     finally:
         pg_template.drop(database)
 
 
-def _answers(stack: Stack) -> bool:
+def _answers(url: str) -> bool:
     try:
-        with stack.client() as client:
-            return client.get("/healthz").status_code == 200
+        with httpx.Client(transport=httpx.HTTPTransport(verify=False), timeout=2) as client:
+            return client.get(f"{url}/healthz").status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -246,7 +242,57 @@ def test_the_sign_in_budget_counts_the_client_nginx_forwards(stack: Stack) -> No
 
 def test_cookies_are_secure_behind_the_tls_proxy(stack: Stack) -> None:
     with stack.client("127.0.0.3") as browser:
-        login = browser.get("/console/login")
-    assert login.status_code == 200
-    cookies = login.headers.get_list("set-cookie")
-    assert cookies and all("secure" in [p.strip().lower() for p in c.split(";")] for c in cookies)
+        assert all(secure(c) for c in cookies(browser.get("/console/login")))
+
+
+@pytest.fixture(scope="module")
+def unnamed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One replica on SQLite behind nginx without ``--public-url``: what nginx's X-Forwarded-Proto alone
+    changes."""
+    assert Path(NGINX).exists(), "nginx is not installed (apt-get install nginx; .ci/run installs it)"
+    port = free_port()
+    data = tmp_path_factory.mktemp("unnamed")
+    with (
+        serving(data, "--trusted-proxy", "127.0.0.1", env=ENV, port=port) as replica,
+        nginx_in_front(tmp_path_factory.mktemp("nginx-unnamed"), [port]) as (url, http_port),
+    ):
+        yield Stack(url, http_port, (replica,))
+
+
+def test_x_forwarded_proto_from_nginx_alone_makes_cookies_secure(unnamed: Stack) -> None:
+    with unnamed.client("127.0.0.3") as browser:
+        assert all(secure(c) for c in cookies(browser.get("/console/login")))
+    # Straight to the replica from an address that is not the trusted proxy: the header is not believed.
+    direct = httpx.HTTPTransport(local_address="127.0.0.4")
+    with httpx.Client(transport=direct, timeout=10) as caller:
+        forged = caller.get(
+            f"{unnamed.replicas[0].url}/console/login", headers={"X-Forwarded-Proto": "https"}
+        )
+    assert not any(secure(c) for c in cookies(forged))
+
+
+def test_shown_urls_never_follow_forwarded_headers(unnamed: Stack) -> None:
+    """Without --public-url the URLs shown are the replica's own address, whatever nginx forwards: they are
+    built from configuration only (so deployment.md sets FACTORY_PUBLIC_URL)."""
+    with unnamed.admin() as admin:
+        factory = admin.post("/api/v1/factory", json={"name": "unnamed"})
+        assert factory.status_code == 201, factory.text
+        hook = admin.post(f"/api/v1/factory/{factory.json()['uid']}/webhooks", json={"name": "orders"})
+        assert hook.status_code == 201, hook.text
+    shown = hook.json()["ingress_url"]
+    assert shown == f"{unnamed.replicas[0].url}/webhooks/w/{hook.json()['uid']}"
+    with unnamed.client() as sender:  # the same webhook through nginx
+        path = shown.removeprefix(unnamed.replicas[0].url)
+        auth = {"Authorization": f"Bearer {hook.json()['secret']}", "X-Factory-Delivery-Id": "u-1"}
+        assert sender.post(path, json={}, headers=auth).status_code == 202
+
+
+def cookies(resp: httpx.Response) -> list[str]:
+    assert resp.status_code == 200, resp.text
+    found = resp.headers.get_list("set-cookie")
+    assert found, "the sign-in form sets a cookie"
+    return found
+
+
+def secure(cookie: str) -> bool:
+    return "secure" in [part.strip().lower() for part in cookie.split(";")]
