@@ -44,9 +44,12 @@ def relay_python() -> tuple[str, tuple[Path, ...]]:
     return executable, bound
 
 
-def run_variables(job: Job, base: Mapping[str, str] | None) -> dict[str, str]:
-    """The variables the run's agent sees that can move its model endpoint."""
-    return {**(os.environ if base is None else base), **job.environment_variables()}
+def model_rules(job: Job, preset: str | None, base: Mapping[str, str] | None) -> EgressRules:
+    """``job``'s rules: its policy, the model endpoint its agent uses (the run's variables over the
+    worker's), and which of those the worker itself set (only they may be private or loopback)."""
+    worker = dict(os.environ if base is None else base)
+    model = model_endpoints(preset, {**worker, **job.environment_variables()})
+    return EgressRules(job.network, model, trusted=model_endpoints(preset, worker))
 
 
 @contextlib.asynccontextmanager
@@ -69,8 +72,7 @@ async def run_network(
         await on_output("system", "network: open (the host's network, chosen by the run's environment)")
         yield sandbox.with_network(SandboxNetwork(share_host=True))
         return
-    model = model_endpoints(preset, run_variables(job, base_env))
-    rules = EgressRules(policy, model)
+    rules = model_rules(job, preset, base_env)
 
     async def refused(host: str, port: int, reason: str) -> None:
         await on_event([AgentEvent("egress_refused", {"host": host, "port": port, "reason": reason})])
@@ -84,7 +86,7 @@ async def run_network(
         shutil.copyfile(RELAY_SOURCE, directory / RELAY_FILE)
         await proxy.start()
         python, python_dirs = relay_python()
-        ports = {port: authority(host, port) for host, port in model if host in LOOPBACK_HOSTS}
+        ports = {port: authority(host, port) for host, port in rules.trusted if host in LOOPBACK_HOSTS}
         forward = tuple(ports.values())
         network = SandboxNetwork(egress=directory, python=python, python_dirs=python_dirs, forward=forward)
         await on_output("system", describe(rules))

@@ -7,9 +7,10 @@ patterns; ``open`` shares the host's network and no proxy runs. A pattern is a h
 address (IPv6 in brackets) or ``*.`` and a domain (any name below it, not the domain itself), with an
 optional port; without one it matches ports 443 and 80.
 
-A destination matched by a plain host or address (not by a wildcard), or the model endpoint, is
-*explicit*: the proxy lets it connect to a private or loopback address. A wildcard never reaches one
-(a public domain cannot be made to point into the worker's network).
+A destination matched by a plain host or address (not by a wildcard), or the model endpoint the worker
+set, is *explicit*: the proxy lets it connect to a private or loopback address. A wildcard never reaches
+one (a public domain cannot be made to point into the worker's network), nor does a model endpoint the
+run's own variables chose.
 """
 
 from __future__ import annotations
@@ -179,11 +180,19 @@ def model_endpoints(preset: str | None, variables: Mapping[str, str]) -> tuple[t
 
 
 class EgressRules:
-    """The decision for each destination of one run: its policy plus its model endpoints."""
+    """The decision for each destination of one run: its policy plus its model endpoints. ``trusted``: the
+    model endpoints the worker itself set (None: all of ``model``); only those may be private or loopback
+    addresses, so a run's own ``ANTHROPIC_BASE_URL`` cannot make "the model" the server's own port."""
 
-    def __init__(self, policy: NetworkPolicy, model: Iterable[tuple[str, int]] = ()) -> None:
+    def __init__(
+        self,
+        policy: NetworkPolicy,
+        model: Iterable[tuple[str, int]] = (),
+        trusted: Iterable[tuple[str, int]] | None = None,
+    ) -> None:
         self.policy = policy
         self.model = frozenset(model)
+        self.trusted = self.model if trusted is None else frozenset(trusted) & self.model
         self.patterns = policy.patterns() if policy.mode == "allowlist" else ()
 
     def decide(self, host: str, port: int) -> Decision:
@@ -192,9 +201,11 @@ class EgressRules:
             host = normal_host(host)
         except ValueError as exc:
             return Decision(False, reason=str(exc))
-        if self.policy.mode == "open" or (host, port) in self.model:
+        if self.policy.mode == "open" or (host, port) in self.trusted:
             return Decision(True, explicit=True)
         matched = [p for p in self.patterns if p.matches(host, port)]
+        if (host, port) in self.model:
+            return Decision(True, explicit=any(not p.wildcard for p in matched))
         if not matched:
             if self.policy.mode == "none":
                 return Decision(False, reason="network mode none: only the model endpoint is reachable")

@@ -67,12 +67,16 @@ async def host() -> AsyncIterator[Host]:
     await servers.stop()
 
 
-def job_for(host: Host, network: dict[str, Any] | None) -> Job:
-    env = {"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{host.ports['model']}"}
-    claim: dict[str, Any] = {"run_id": "run_1", "environment": {"env": env}}
+def job_for(network: dict[str, Any] | None, env: dict[str, str] | None = None) -> Job:
+    claim: dict[str, Any] = {"run_id": "run_1", "environment": {"env": env or {}}}
     if network is not None:
         claim["network"] = network
     return Job.from_claim(claim)
+
+
+def worker_env(host: Host) -> dict[str, str]:
+    """The worker's own environment: it points the agent at the model (``serve --agent-env``)."""
+    return {**ENV, "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{host.ports['model']}"}
 
 
 class Recorder:
@@ -108,9 +112,9 @@ async def test_the_model_endpoint_is_reached_and_everything_else_is_refused_once
 ) -> None:
     rec = Recorder()
     model, other = host.ports["model"], host.ports["other"]
-    job = job_for(host, None)  # no network in the claim: an allowlist with no entries
+    job = job_for(None)  # no network in the claim: an allowlist with no entries
     async with run_network(
-        job, Sandbox(), preset="claude", base_env=ENV, on_event=rec.event, on_output=rec.line
+        job, Sandbox(), preset="claude", base_env=worker_env(host), on_event=rec.event, on_output=rec.line
     ) as sandbox:
         assert sandbox is not None and sandbox.network is not None
         egress = sandbox.network.egress
@@ -147,20 +151,39 @@ async def test_the_model_endpoint_is_reached_and_everything_else_is_refused_once
 async def test_a_destination_listed_by_name_may_be_loopback(host: Host, tmp_path: Path) -> None:
     rec = Recorder()
     other = host.ports["other"]
-    job = job_for(host, {"mode": "allowlist", "allow": [f"127.0.0.1:{other}"]})
+    job = job_for({"mode": "allowlist", "allow": [f"127.0.0.1:{other}"]})
     async with run_network(
-        job, Sandbox(), preset="claude", base_env=ENV, on_event=rec.event, on_output=rec.line
+        job, Sandbox(), preset="claude", base_env=worker_env(host), on_event=rec.event, on_output=rec.line
     ) as sandbox:
         out = await sandboxed(sandbox, f"curl -sS -m 20 http://127.0.0.1:{other}/listed", tmp_path)
     assert out == "hello other" and rec.refused() == []
 
 
+async def test_a_model_endpoint_the_run_chose_cannot_be_a_loopback_address(
+    host: Host, tmp_path: Path
+) -> None:
+    """A run's environment that points "the model" at the worker's own loopback (the API, the database)
+    gets it allowed by name but refused by address: only the worker's own endpoint may be local."""
+    rec = Recorder()
+    other = host.ports["other"]
+    job = job_for(None, env={"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{other}"})
+    async with run_network(
+        job, Sandbox(), preset="claude", base_env=worker_env(host), on_event=rec.event, on_output=rec.line
+    ) as sandbox:
+        out = await sandboxed(sandbox, f"curl -sS -m 20 http://127.0.0.1:{other}/api", tmp_path)
+    assert out.strip() == f"egress to 127.0.0.1:{other} refused: 127.0.0.1 is not a public address"
+    assert rec.refused() == [
+        {"host": "127.0.0.1", "port": other, "reason": "127.0.0.1 is not a public address"}
+    ]
+    assert host.seen == []
+
+
 async def test_mode_none_reaches_only_the_model(host: Host, tmp_path: Path) -> None:
     rec = Recorder()
     other = host.ports["other"]
-    job = job_for(host, {"mode": "none", "allow": [f"127.0.0.1:{other}"]})
+    job = job_for({"mode": "none", "allow": [f"127.0.0.1:{other}"]})
     async with run_network(
-        job, Sandbox(), preset="claude", base_env=ENV, on_event=rec.event, on_output=rec.line
+        job, Sandbox(), preset="claude", base_env=worker_env(host), on_event=rec.event, on_output=rec.line
     ) as sandbox:
         out = await sandboxed(
             sandbox,
@@ -176,9 +199,9 @@ async def test_mode_none_reaches_only_the_model(host: Host, tmp_path: Path) -> N
 async def test_open_shares_the_host_network_and_none_keeps_the_host(host: Host, tmp_path: Path) -> None:
     rec = Recorder()
     other = host.ports["other"]
-    job = job_for(host, {"mode": "open"})
+    job = job_for({"mode": "open"})
     async with run_network(
-        job, Sandbox(), preset="claude", base_env=ENV, on_event=rec.event, on_output=rec.line
+        job, Sandbox(), preset="claude", base_env=worker_env(host), on_event=rec.event, on_output=rec.line
     ) as sandbox:
         out = await sandboxed(
             sandbox, f'echo "[$HTTPS_PROXY]"; curl -sS -m 20 http://127.0.0.1:{other}/', tmp_path
@@ -250,7 +273,7 @@ async def test_the_relay_costs_little_per_process_start(host: Host, tmp_path: Pa
     """The relay adds one interpreter start to each sandboxed process (docs/workers.md, "Network": about
     10-20 ms on this machine kind); bounded loosely here so a slow CI machine does not fail it."""
     rec = Recorder()
-    job = job_for(host, None)
+    job = job_for(None)
 
     async def timed(sandbox: Sandbox) -> float:
         best = float("inf")
@@ -263,7 +286,7 @@ async def test_the_relay_costs_little_per_process_start(host: Host, tmp_path: Pa
 
     plain = await timed(Sandbox())
     async with run_network(
-        job, Sandbox(), preset="claude", base_env=ENV, on_event=rec.event, on_output=rec.line
+        job, Sandbox(), preset="claude", base_env=worker_env(host), on_event=rec.event, on_output=rec.line
     ) as sandbox:
         assert sandbox is not None
         relayed = await timed(sandbox)

@@ -87,6 +87,17 @@ def test_decisions_by_mode() -> None:
     assert EgressRules(NetworkPolicy("open"), ()).decide("anything.com", 1).allowed
 
 
+def test_only_the_worker_s_model_endpoint_may_be_private() -> None:
+    run_chosen = ("127.0.0.1", 5432)
+    rules = EgressRules(NetworkPolicy(), [("127.0.0.1", 4010), run_chosen], trusted=[("127.0.0.1", 4010)])
+    assert rules.decide("127.0.0.1", 4010).explicit
+    chosen = rules.decide("127.0.0.1", 5432)
+    assert chosen.allowed and not chosen.explicit  # reached only at a public address
+    listed = EgressRules(NetworkPolicy("allowlist", ("127.0.0.1:5432",)), [run_chosen], trusted=[])
+    assert listed.decide("127.0.0.1", 5432).explicit  # unless the environment lists it itself
+    assert EgressRules(NetworkPolicy(), [run_chosen], trusted=[("x.com", 443)]).trusted == frozenset()
+
+
 def test_model_endpoints_follow_the_preset_variable_or_the_provider() -> None:
     assert model_endpoints("claude", {}) == (("api.anthropic.com", 443),)
     assert model_endpoints("claude", {"ANTHROPIC_BASE_URL": "http://127.0.0.1:4010/v1"}) == (
