@@ -9,15 +9,19 @@ Identity: the factory is (team, ``name``); webhooks, environments, schedules and
 by file stem and automations by directory name. A removed name and an added name whose specs are
 identical are shown as one ``-/+`` replace (a rename: new UID, and for webhooks a new URL).
 
-Secret values never appear: a webhook's ``secret_name`` change shows the names, and a newer version of
-its secret (a rotation not yet picked up, docs/reconcile.md, "Secret rotation") shows ``secret_version``
-with version numbers.
+An update lists the changed fields, then each changed value as ``path: old -> new`` (nested values by
+their path, e.g. ``config.model_id``), in text and in JSON (``values``). Secret values never appear: a
+webhook's ``secret_name`` change shows the names, a newer version of its secret (a rotation not yet
+picked up, docs/reconcile.md, "Secret rotation") shows ``secret_version`` with version numbers, and a
+value under a key that names a credential (``token``, ``password``, ``authorization``...) shows as
+``(hidden)``: definitions are committed, but a plan is pasted into tickets and CI logs.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -29,6 +33,11 @@ Action = Literal["create", "update", "delete", "replace"]
 KIND_ORDER: tuple[str, ...] = tuple(kind.name for kind in (FACTORY, *APPLY_ORDER))
 UID_PREFIX: dict[str, str] = {name: kind.prefix for name, kind in BY_NAME.items()}
 SECRET_FIELDS = frozenset({"secret_name", "secret_version"})
+HIDDEN = "(hidden)"
+# A key whose value is a credential, wherever it is nested (a header, an environment variable); a key
+# ending in _name (secret_name, token_secret_name) names a team secret and is shown.
+_CREDENTIAL_KEY = re.compile(r"(secret|token|password|passwd|authorization|api[_-]?key|credential)", re.I)
+SHOWN_CHARS = 72  # a text value line is cut after this many characters of its JSON (JSON has it whole)
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,19 @@ class StoreState:
 
 
 @dataclass(frozen=True)
+class FieldChange:
+    """One changed value of an update: ``path`` is the field, then nested keys (``config.model_id``) and
+    list indexes (``triggers[0].filter``); ``old``/``new`` are None where the key is absent."""
+
+    path: str
+    old: Any
+    new: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "old": self.old, "new": self.new}
+
+
+@dataclass(frozen=True)
 class Change:
     """One line of a plan. ``uid`` is None for objects that get their UID on apply."""
 
@@ -73,6 +95,7 @@ class Change:
     old_name: str | None = None  # replace: the removed name
     old_uid: str | None = None  # replace: the removed object's UID
     details: tuple[tuple[str, str], ...] = ()  # field -> "old -> new" for secret fields (names, versions)
+    values: tuple[FieldChange, ...] = ()  # update: each changed value, old -> new (credentials hidden)
     # automations: webhooks named in ``webhooks:`` whose UID this apply assigns (None until it has)
     webhooks: tuple[tuple[str, str | None], ...] = ()
 
@@ -89,6 +112,8 @@ class Change:
             out["old_uid"] = self.old_uid
         if self.webhooks:
             out["webhooks"] = dict(self.webhooks)
+        if self.values:
+            out["values"] = [v.to_json() for v in self.values]
         return out
 
 
@@ -155,6 +180,40 @@ def changed_fields(stored: Mapping[str, Any], desired: Mapping[str, Any]) -> tup
     return tuple(k for k in desired if _canon(stored.get(k)) != _canon(desired[k]))
 
 
+def field_changes(
+    stored: Mapping[str, Any], desired: Mapping[str, Any], changed: tuple[str, ...]
+) -> tuple[FieldChange, ...]:
+    """The changed values of ``changed`` fields, down to the nested keys that differ."""
+    out: list[FieldChange] = []
+    for name in changed:
+        if name in desired:  # secret_version is no field of the spec: its details say it
+            out.extend(_leaves(name, stored.get(name), desired[name], hidden=False))
+    return tuple(out)
+
+
+def _leaves(path: str, old: Any, new: Any, *, hidden: bool) -> Iterator[FieldChange]:
+    """Where ``old`` and ``new`` differ: dicts by key, lists of the same length by index, else whole."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        for key in [*old, *(k for k in new if k not in old)]:
+            if _canon(old.get(key)) != _canon(new.get(key)):
+                secret = hidden or _is_credential(str(key))
+                yield from _leaves(f"{path}.{key}", old.get(key), new.get(key), hidden=secret)
+        return
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for index, (before, after) in enumerate(zip(old, new, strict=True)):
+            if _canon(before) != _canon(after):
+                yield from _leaves(f"{path}[{index}]", before, after, hidden=hidden)
+        return
+    if hidden:
+        yield FieldChange(path, None if old is None else HIDDEN, None if new is None else HIDDEN)
+    else:
+        yield FieldChange(path, old, new)
+
+
+def _is_credential(key: str) -> bool:
+    return bool(_CREDENTIAL_KEY.search(key)) and not key.lower().endswith("_name")
+
+
 def _unchanged(stored: StoredObject, desired: dict[str, Any], desired_digest: str) -> bool:
     """Fast path: the digest applied last time still matches and nobody edited the row since."""
     return stored.spec_digest == desired_digest and stored.fields == desired
@@ -186,7 +245,10 @@ def _diff_kind(
                 changed += ("secret_version",)
                 details.append(("secret_version", f"{current.secret_version} -> {latest}"))
         if changed:
-            changes.append(Change("update", kind, name, current.uid, changed, details=tuple(details)))
+            values = field_changes(current.fields, fields, changed)
+            changes.append(
+                Change("update", kind, name, current.uid, changed, details=tuple(details), values=values)
+            )
     removed = {name: obj for name, obj in stored.items() if name not in desired}
     by_digest: dict[str, list[str]] = {}
     for name in sorted(removed):
@@ -239,9 +301,11 @@ def diff(definition: FactoryDefinition, state: StoreState) -> Plan:
     if state.factory is None:
         changes.append(Change("create", FACTORY.name, name))
     else:
-        changed = changed_fields(state.factory.fields, factory_fields(definition))
+        desired_factory = factory_fields(definition)
+        changed = changed_fields(state.factory.fields, desired_factory)
         if changed:
-            changes.append(Change("update", FACTORY.name, name, state.factory.uid, changed))
+            values = field_changes(state.factory.fields, desired_factory, changed)
+            changes.append(Change("update", FACTORY.name, name, state.factory.uid, changed, values=values))
     for kind in APPLY_ORDER:
         desired = {spec.name: _desired(spec, uids) for spec in kind.specs(definition)}
         versions = state.secret_versions if kind.secret_version else None
@@ -282,9 +346,22 @@ def _field_text(change: Change) -> str:
 
 
 def render_change(change: Change, *, color: bool = False) -> str:
-    """One plan line, e.g. ``~ webhook alerts: enabled, description`` (ANSI-coloured if asked)."""
+    """A change's line, e.g. ``~ webhook alerts: enabled, description`` (ANSI-coloured if asked), then
+    for an update one indented ``path: old -> new`` line per changed value (secret fields say theirs
+    on the first line)."""
     line = _render(change)
-    return f"{_COLOR[change.action]}{line}{_RESET}" if color else line
+    line = f"{_COLOR[change.action]}{line}{_RESET}" if color else line
+    shown = [v for v in change.values if v.path not in SECRET_FIELDS]
+    return "\n".join([line, *(f"    {v.path}: {_shown(v.old)} -> {_shown(v.new)}" for v in shown)])
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "(none)"
+    if value == HIDDEN:
+        return HIDDEN
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
 
 
 def _named_webhooks(change: Change, verb: str) -> str:

@@ -92,11 +92,19 @@ def test_plan_apply_cycle(tmp_path: Path, tree: Path) -> None:
         ("update", "webhook", "alerts", ["enabled", "description"]),
         ("create", "automation", "triage", []),
     ]
+    assert doc["changes"][0]["values"] == [
+        {"path": "enabled", "old": True, "new": False},
+        {"path": "description", "old": "alerts", "new": None},
+    ]
     text = cli(data, "apply", str(tree), "--auto-approve")
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
-    assert lines[0] == "~ webhook alerts: enabled, description"
-    assert lines[1].startswith("+ automation triage (au_")
+    assert lines[:3] == [
+        "~ webhook alerts: enabled, description",
+        "    enabled: true -> false",
+        '    description: "alerts" -> (none)',
+    ]
+    assert lines[3].startswith("+ automation triage (au_")
     assert "Apply complete! Resources: 1 added, 1 changed, 0 destroyed." in lines
 
     (tree / "webhooks" / "github-issues.yaml").rename(tree / "webhooks" / "gh.yaml")

@@ -131,7 +131,14 @@ def test_json_names_the_kind_and_uids() -> None:
     )
     data = json.loads(json.dumps(plan.to_json()))
     assert data["changes"] == [
-        {"action": "update", "kind": "notification", "name": "keep", "uid": "ne_keep", "fields": ["enabled"]},
+        {
+            "action": "update",
+            "kind": "notification",
+            "name": "keep",
+            "uid": "ne_keep",
+            "fields": ["enabled"],
+            "values": [{"path": "enabled", "old": True, "new": False}],
+        },
         {"action": "create", "kind": "notification", "name": "fresh", "uid": None, "fields": []},
         {"action": "delete", "kind": "notification", "name": "gone", "uid": "ne_gone", "fields": []},
     ]

@@ -20,9 +20,8 @@ def hook(name: str, **kw) -> WebhookSpec:
 
 def auto(name: str, uid: str = "wh_1", **kw) -> AutomationSpec:
     trig = TriggerSpec("webhook", "received", (uid,), kw.pop("payload", None))
-    return AutomationSpec(
-        name=name, path=f"automations/{name}/automation.md", prompt="do it", triggers=(trig,), **kw
-    )
+    kw.setdefault("prompt", "do it")
+    return AutomationSpec(name=name, path=f"automations/{name}/automation.md", triggers=(trig,), **kw)
 
 
 def definition(*hooks: WebhookSpec, autos: tuple[AutomationSpec, ...] = (), **factory) -> FactoryDefinition:
@@ -248,3 +247,52 @@ def test_renaming_a_named_webhook_re_points_the_automation() -> None:
         "+ webhook gh (wh_... assigned on apply)",
         "~ automation triage: triggers; re-points to webhook gh (known after apply)",
     ]
+
+
+def test_an_update_shows_each_changed_value_old_to_new_in_text_and_json() -> None:
+    old = definition(hook("alerts", description="Alerts"), autos=(auto("t", payload={"severity": ["high"]}),))
+    new = definition(
+        hook("alerts", enabled=False, description="Pager alerts"),
+        autos=(auto("t", payload={"severity": ["high", "critical"]}, title="Triage"),),
+        description="ops",
+    )
+    plan = diff(new, state_for(old))
+    assert render_text(plan).splitlines()[:8] == [
+        "~ factory acme: description",
+        '    description: (none) -> "ops"',
+        "~ webhook alerts: enabled, description",
+        "    enabled: true -> false",
+        '    description: "Alerts" -> "Pager alerts"',
+        "~ automation t: title, triggers",
+        '    title: (none) -> "Triage"',
+        '    triggers[0].filter.payload.severity: ["high"] -> ["high", "critical"]',
+    ]
+    hooks = [c for c in plan.to_json()["changes"] if c["kind"] == "webhook"]
+    assert hooks[0]["values"] == [
+        {"path": "enabled", "old": True, "new": False},
+        {"path": "description", "old": "Alerts", "new": "Pager alerts"},
+    ]
+
+
+def test_long_values_are_cut_in_text_and_whole_in_json() -> None:
+    old = definition(autos=(auto("t"),))
+    long_prompt = "x" * 200
+    new = definition(autos=(auto("t", prompt=long_prompt),))
+    plan = diff(new, state_for(old))
+    line = render_text(plan).splitlines()[1]
+    assert line.startswith('    prompt: "do it" -> "xxx') and line.endswith("…") and len(line) < 100
+    assert plan.to_json()["changes"][0]["values"] == [{"path": "prompt", "old": "do it", "new": long_prompt}]
+
+
+def test_credential_values_are_hidden_and_secret_names_are_not() -> None:
+    config = {"mcp_servers": {"docs": {"url": "https://m", "headers": {"Authorization": "Bearer old"}}}}
+    changed = {"mcp_servers": {"docs": {"url": "https://m", "headers": {"Authorization": "Bearer new"}}}}
+    old = definition(hook("a"), autos=(auto("t", config=config),))
+    new = definition(hook("a", secret_name="s2"), autos=(auto("t", config=changed),))
+    plan = diff(new, state_for(old, secrets={"s1": 1, "s2": 1}))
+    text = render_text(plan)
+    assert "Bearer" not in text and "Bearer" not in json.dumps(plan.to_json())
+    assert "    config.mcp_servers.docs.headers.Authorization: (hidden) -> (hidden)" in text.splitlines()
+    assert "~ webhook a: secret_name (s1 -> s2, value hidden)" in text.splitlines()
+    hook_change = next(c for c in plan.to_json()["changes"] if c["kind"] == "webhook")
+    assert hook_change["values"] == [{"path": "secret_name", "old": "s1", "new": "s2"}]

@@ -128,7 +128,14 @@ def test_json_names_the_kind_and_uids() -> None:
     plan = diff(definition(schedule("keep", enabled=False), schedule("fresh", cron="1 1 * * *")), applied(d))
     data = json.loads(json.dumps(plan.to_json()))
     assert data["changes"] == [
-        {"action": "update", "kind": "schedule", "name": "keep", "uid": "sch_keep", "fields": ["enabled"]},
+        {
+            "action": "update",
+            "kind": "schedule",
+            "name": "keep",
+            "uid": "sch_keep",
+            "fields": ["enabled"],
+            "values": [{"path": "enabled", "old": True, "new": False}],
+        },
         {"action": "create", "kind": "schedule", "name": "fresh", "uid": None, "fields": []},
         {"action": "delete", "kind": "schedule", "name": "gone", "uid": "sch_gone", "fields": []},
     ]
