@@ -1,6 +1,7 @@
 """``factoryctl plan`` and ``factoryctl apply``: diff a factory directory against the store, and apply it.
 
-Exit codes: 0 success, 1 error (invalid definitions, refused apply, not confirmed). ``plan
+Exit codes: 0 success, 1 error (invalid definitions, refused apply — a factory a running ``serve`` manages
+without ``--force`` included, docs/reconcile.md, "Who manages a factory" — not confirmed). ``plan
 --detailed-exitcode`` follows Terraform: 0 no changes, 1 error, 2 changes present.
 
 ``apply`` asks for confirmation (``yes``) on a terminal. Without a terminal, or with ``--format
@@ -51,6 +52,11 @@ def register(sub: Any) -> None:
         action="store_true",
         help="apply a tree with no webhooks/automations/schedules/notifications",
     )
+    apply.add_argument(
+        "--force",
+        action="store_true",
+        help="apply even though a running serve manages the factory (it re-applies its source on drift)",
+    )
     apply.add_argument("--format", choices=("text", "json"), default="text")
     apply.add_argument("--team", default=DEFAULT_TEAM)
     apply.set_defaults(handler=_apply)
@@ -75,6 +81,7 @@ def _run(
                 allow_empty=args.allow_empty,
                 dry_run=dry_run,
                 expected_plan=expected,
+                force=getattr(args, "force", False),
             )
 
     return asyncio.run(go())
