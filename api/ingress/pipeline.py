@@ -167,8 +167,8 @@ def route_in(
 ) -> list[decisions.Routed]:
     """For each delivery, the UIDs of the automations it starts runs for and the decisions behind them:
     a webhook's routing rows (:func:`api.ingress.decisions.decide_in`) or, for a GitHub App delivery, the
-    team's automations with a matching ``github`` trigger (:func:`api.ingress.github_routing.match_in`;
-    no decisions recorded). The accept transaction and a replay both route through here."""
+    team's automations with a matching ``github`` trigger (:func:`api.ingress.github_routing.match_in`).
+    The accept transaction and a replay both route through here."""
     hooks = [i for i, p in enumerate(batch) if p.event is None]
     github = [i for i, p in enumerate(batch) if p.event is not None]
     routed: list[decisions.Routed] = [decisions.Routed([], None) for _ in batch]
@@ -177,11 +177,11 @@ def route_in(
         for i, result in zip(hooks, found, strict=True):
             routed[i] = result
     if github:
-        matched = github_routing.match_in(
+        found_github = github_routing.match_in(
             conn, [(batch[i].webhook.team_id, batch[i].event or "", batch[i].payload) for i in github]
         )
-        for i, uids in zip(github, matched, strict=True):
-            routed[i] = decisions.Routed(uids, None)
+        for i, result in zip(github, found_github, strict=True):
+            routed[i] = result
     return routed
 
 

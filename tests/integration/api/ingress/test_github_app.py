@@ -426,3 +426,42 @@ async def test_the_connections_secret_shows_its_user_and_cannot_be_deleted(gh: G
     gone = await gh.client.delete("/api/v1/integrations/github", headers=gh.auth())
     assert gone.status == 204
     assert (await gh.client.delete("/api/v1/secrets/github-app", headers=gh.auth())).status == 204
+
+
+async def test_every_github_automation_gets_a_decision(gh: GitHubApp) -> None:
+    """docs/ingress.md, "Decisions": matched, a filter miss (evaluate's words), an event none of its
+    triggers is for, a disabled automation; the foreign repository and an unhandled event likewise."""
+    bugs = await gh.automation("bugs", [labeled_trigger(["bug"])])
+    docs = await gh.automation("docs", [labeled_trigger(["documentation"])])
+    pushes = await gh.automation("pushes", [{"provider": "github", "event": "push"}])
+    paused = await gh.automation("paused", [labeled_trigger(["bug"])])
+    async with gh.sessions() as s, s.begin():
+        await s.execute(update(Automation).where(Automation.uid == paused).values(enabled=False))
+    foreign = example("issues", "labeled")
+    foreign["repository"] = dict(foreign["repository"], full_name="someone/else", name="else")
+    foreign["repository"]["owner"] = dict(foreign["repository"]["owner"], login="someone")
+
+    assert (await gh.deliver("issues", example("issues", "labeled"), delivery="labeled")).status == 202
+    assert (await gh.deliver("issues", foreign, delivery="foreign")).status == 202
+    assert (await gh.deliver("ping", example("ping", None), delivery="ping")).status == 202
+
+    listed = await gh.client.get("/api/v1/integrations/github/deliveries", headers=gh.auth(gh.keys.member))
+    assert listed.status == 200, await listed.text()
+    by_id = {d["delivery_id"]: d for d in (await listed.json())["deliveries"]}
+    labeled = {d["automation_uid"]: d for d in by_id["labeled"]["decisions"]}
+    [run] = await gh.runs()
+    assert labeled[bugs]["matched"] and labeled[bugs]["run_id"] == run.run_id
+    assert labeled[bugs]["run_state"] == "QUEUED"
+    assert (labeled[docs]["reason"], labeled[docs]["failed_path"]) == (
+        "labels: none of ['bug'] in ['documentation']",
+        "labels",
+    )
+    assert labeled[pushes]["reason"] == "no github trigger for issue_labeled (its triggers are for push)"
+    assert (labeled[paused]["enabled"], labeled[paused]["matched"]) == (False, False)
+    assert labeled[paused]["reason"] == "the automation is disabled: it starts no runs until it is enabled"
+    away = {d["automation_uid"]: d["reason"] for d in by_id["foreign"]["decisions"]}
+    assert away[bugs] == "repository someone/else is not one of its factory's repositories"
+    pinged = {d["automation_uid"]: d["reason"] for d in by_id["ping"]["decisions"]}
+    assert (
+        pinged[bugs] == "GitHub event 'ping' is not one that github triggers handle (or names no repository)"
+    )
