@@ -8,9 +8,9 @@ one of :data:`MODES`, ``allow`` a list of at most :data:`MAX_ALLOW` strings) is 
 
 - a pattern is an exact host (``github.com``), a wildcard of its subdomains (``*.example.com``: any
   depth, never ``example.com`` itself), an IPv4 literal or a bracketed IPv6 literal (``[2001:db8::1]``),
-  each with an optional ``:port`` (1-65535; without one, the worker's proxy allows ports 443 and 80). No scheme,
-  user, path, CIDR range or ``*`` elsewhere than as the first label, and a wildcard covers at least two
-  labels (``*.com`` would be most of the internet: say ``mode: open`` instead);
+  each with an optional ``:port`` (1-65535; without one, the worker's proxy allows ports 443 and 80). No
+  scheme, user, path, CIDR range or ``*`` elsewhere than as the first label, and a wildcard covers at least
+  two labels (``*.com`` would be most of the internet: say ``mode: open`` instead);
 - ``allow`` is read only with ``mode: allowlist``: a non-empty ``allow`` with ``none`` or ``open`` is an
   error, since either the mode or the list is not what the writer meant.
 """
