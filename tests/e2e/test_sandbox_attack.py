@@ -161,7 +161,7 @@ def test_team_b_admin_cannot_read_team_a_secrets_through_environment_setup(
     team_a.call("POST", f"/api/v1/agent/runs/{busy['run_id']}/cancel", status=200)
 
 
-def test_without_bubblewrap_setup_runs_are_refused_and_echo_runs_still_work(tmp_path: Path) -> None:
+def test_without_bubblewrap_every_run_is_refused_echo_too(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-bwrap"
     with serving(tmp_path / "data", "--bwrap", missing, workers=1) as served:
         admin = Api(served, served.key)
@@ -177,7 +177,9 @@ def test_without_bubblewrap_setup_runs_are_refused_and_echo_runs_still_work(tmp_
         assert run["status_message"]["error_code"] == "sandbox_unavailable"
         assert "bubblewrap" in run["status_message"]["message"]
         assert "ATTACK-DONE" not in admin.output(refused["run_id"])
-        assert admin.finished_run(echo["run_id"])["state"] == "SUCCEEDED"
+        plain = admin.finished_run(echo["run_id"])  # every harness runs a process: none outside the sandbox
+        assert plain["state"] == "FAILED" and plain["status_message"]["error_code"] == "sandbox_unavailable"
+        assert plain["sandbox"] is None and plain["is_sandbox_running"] is False
         assert "no sandbox" in served.log.read_text()
 
 
