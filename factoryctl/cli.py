@@ -45,6 +45,7 @@ COMMANDS: dict[str, Command] = {
     "webhooks": Command("webhooks", "create, list, enable/disable, rotate and delete webhooks"),
     "deliveries": Command("webhooks", "a webhook's delivery log"),
     "automations": Command("webhooks", "test automation filters against stored deliveries"),
+    "schemas": Command("schemas", "export the definition files' JSON Schemas for editors"),
     "github": Command("github", "connect, show and disconnect the team's GitHub App (HTTP API)"),
     "notifications": Command(
         "notifications", "endpoints, messages and resends of outbound notifications (HTTP API)"
