@@ -4,7 +4,7 @@ The test builds the wheel from a copy of the working tree (so no ``build/`` or `
 clone), checks every file of the six packages is inside it, installs it with pip into a new venv in a tmp
 directory, and runs the installed ``factoryctl`` from a directory that is not the clone: ``version``,
 ``serve`` (console templates, static files and the OpenAPI document answer), then ``webhooks create`` and a
-delivery posted to it (202).
+delivery posted to it (202), and ``backup`` of what it stored.
 """
 
 from __future__ import annotations
@@ -169,6 +169,18 @@ def test_installed_wheel_serves_and_accepts_a_delivery(venv: Path, tmp_path: Pat
         assert delivery.status_code == 202, delivery.text
     finally:
         assert stop(proc) == 0, log.read_text()
+
+    # The installed backup command copies what that server stored.
+    backup = subprocess.run(
+        [factoryctl, "--data-dir", "data", "backup", "--to", "backup"],
+        cwd=work,
+        env=outside_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert backup.returncode == 0, backup.stderr
+    assert "1 deliveries" in backup.stdout and (work / "backup" / "factory.db").is_file()
 
 
 def _answers(url: str) -> bool:
