@@ -19,10 +19,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 
 from factoryctl.worker.egress import EgressProxy, public_only
+from factoryctl.worker.egress_sandbox import PROXY_SOCKET, RELAY_FILE, SandboxNetwork
 from factoryctl.worker.job import Job
 from factoryctl.worker.netpolicy import EgressRules, model_endpoints
 from factoryctl.worker.presets.base import AgentEvent
-from factoryctl.worker.sandbox import PROXY_SOCKET, RELAY_FILE, SYSTEM_DIRS, Sandbox, SandboxNetwork
+from factoryctl.worker.sandbox import SYSTEM_DIRS, Sandbox
 
 RELAY_SOURCE = Path(__file__).with_name("egress_relay.py")
 SYSTEM_PYTHON = "/usr/bin/python3"

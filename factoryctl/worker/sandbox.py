@@ -25,11 +25,10 @@ like of the run's). The run's environment goes in through ``--clearenv`` and ``-
 from an unlinked file (``--args FD``): inside the sandbox it is exactly the one given, and it is never
 on a command line, which every user of the machine could read in ``/proc/PID/cmdline``.
 
-A run's network (:class:`SandboxNetwork`, docs/workers.md, "Network") adds either ``--share-net``
-(``open``: the host's network) or the egress relay: the run's egress directory bound read-only at
-:data:`EGRESS_MOUNT` and ARGV started through :mod:`factoryctl.worker.egress_relay`, which points the
-proxy variables at the worker's egress proxy. Without one (the probe, a sandbox no run owns) there is
-no network at all.
+A run's network (:class:`~factoryctl.worker.egress_sandbox.SandboxNetwork`, docs/workers.md,
+"Network") adds either ``--share-net`` (``open``: the host's network) or the egress relay, which starts
+ARGV with the proxy variables pointing at the worker's egress proxy. Without one (the probe, a sandbox no
+run owns) there is no network at all.
 
 Whether bwrap works is probed once per :class:`Sandbox` (``bwrap ... true`` with the same
 arguments a run gets) and cached: install bubblewrap, then restart the worker.
@@ -45,10 +44,10 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from factoryctl.worker.egress_sandbox import SandboxNetwork
 from factoryctl.worker.errors import SandboxUnavailable
 from factoryctl.worker.job import Job
 
@@ -86,42 +85,6 @@ ETC_FILES = (
     "/etc/ssl/certs",
     "/etc/timezone",
 )
-EGRESS_MOUNT = "/run/factoryctl-egress"  # the run's egress directory inside the sandbox
-RELAY_FILE = "relay.py"
-PROXY_SOCKET = "proxy.sock"
-
-
-@dataclass(frozen=True)
-class SandboxNetwork:
-    """One run's network inside its sandbox: the host's (``share_host``), or the egress relay. ``egress``:
-    the host directory holding the proxy's socket and the relay script; ``python``: an interpreter the
-    sandbox sees (``python_dirs``: what must be bound for it, when it is outside the system directories);
-    ``forward``: ``host:port`` of loopback model endpoints, whose ports the relay also listens on."""
-
-    share_host: bool = False
-    egress: Path | None = None
-    python: str = "/usr/bin/python3"
-    python_dirs: tuple[Path, ...] = ()
-    forward: tuple[str, ...] = ()
-
-    def bwrap_args(self) -> list[str]:
-        if self.share_host:
-            return ["--share-net"]
-        out: list[str] = []
-        for path in self.python_dirs:
-            out += ["--ro-bind", str(path), str(path)]
-        if self.egress is not None:
-            out += ["--ro-bind", str(self.egress), EGRESS_MOUNT]
-        return out
-
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` started through the relay (unchanged for the host's network)."""
-        if self.share_host or self.egress is None:
-            return list(argv)
-        relay = [self.python, "-I", "-S", f"{EGRESS_MOUNT}/{RELAY_FILE}", f"{EGRESS_MOUNT}/{PROXY_SOCKET}"]
-        for authority in self.forward:
-            relay += ["--forward", authority]
-        return [*relay, "--", *argv]
 
 
 class Sandbox:

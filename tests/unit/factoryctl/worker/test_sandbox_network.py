@@ -1,11 +1,12 @@
-"""How a run's network changes its bwrap command line (factoryctl/worker/sandbox.py; docs/workers.md,
+"""How a run's network changes its bwrap command line (factoryctl/worker/egress_sandbox.py; docs/workers.md,
 "Network"): nothing without one, ``--share-net`` for ``open``, the relay and its directory otherwise."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from factoryctl.worker.sandbox import EGRESS_MOUNT, Sandbox, SandboxNetwork
+from factoryctl.worker.egress_sandbox import EGRESS_MOUNT, SandboxNetwork
+from factoryctl.worker.sandbox import Sandbox
 
 
 def test_without_a_network_the_sandbox_has_none_and_runs_argv_as_is(tmp_path: Path) -> None:
