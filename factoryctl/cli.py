@@ -42,6 +42,7 @@ COMMANDS: dict[str, Command] = {
     "runs": Command("runs", "create, list, inspect, follow up and cancel runs (HTTP API)"),
     "events": Command("events", "follow the team's run events live (HTTP API)"),
     "schedules": Command("schedules", "list, pause, resume and run scheduled agents now (HTTP API)"),
+    "factories": Command("factories", "list factories and show one's sync status (HTTP API)"),
     "webhooks": Command("webhooks", "create, list, enable/disable, rotate and delete webhooks"),
     "deliveries": Command("webhooks", "a webhook's delivery log"),
     "automations": Command("webhooks", "test automation filters against stored deliveries"),
