@@ -197,7 +197,7 @@ def test_a_workspace_directory_inside_the_data_directory_is_refused(tmp_path: Pa
     [
         ("auto", "SECRET-UNREACHABLE"),  # bubblewrap works here: the command runs confined
         ("none", "SECRET-READ"),  # documented: on the worker's own host
-        ("bwrap-missing", "sandbox_unavailable"),  # required and not there: refused
+        ("bwrap-missing", "exit 2"),  # required and not there: the worker does not start
     ],
 )
 def test_a_self_hosted_worker_sandboxes_as_its_sandbox_option_says(
@@ -242,17 +242,27 @@ def test_a_self_hosted_worker_sandboxes_as_its_sandbox_option_says(
             command,
             *option,
         )
+        key = made.stdout.strip().splitlines()[-1]
+        if mode == "bwrap-missing":
+            refused = run_cli(*args, env={"FACTORY_API_KEY": key}, timeout=60)
+            assert refused.returncode == 2, refused.stderr
+            assert "--sandbox bwrap, and bubblewrap does not work here" in refused.stderr
+            assert admin.call("GET", f"/api/v1/agent/runs/{run_id}")["state"] == "QUEUED"  # never claimed
+            return
         log = tmp_path / "worker.log"
         with running(
             *args,
             "--workspace-root",
             str(tmp_path / "ws"),
             log=log,
-            env={"FACTORY_API_KEY": made.stdout.strip().splitlines()[-1]},
+            env={"FACTORY_API_KEY": key},
         ):
             run = admin.finished_run(run_id)
-        if expected == "sandbox_unavailable":
-            assert run["state"] == "FAILED" and run["status_message"]["error_code"] == expected, run
-        else:
-            assert run["state"] == "SUCCEEDED", (run, log.read_text())
-            assert admin.output(run_id).splitlines() == [expected]
+        assert run["state"] == "SUCCEEDED", (run, log.read_text())
+        lines = admin.output(run_id).splitlines()
+        assert lines[-1] == expected, lines
+        unsandboxed = [line for line in lines if line.startswith("UNSANDBOXED: ")]
+        assert len(unsandboxed) == (1 if mode == "none" else 0), lines  # said on the run's own log
+        assert run["sandbox"]["kind"] == ("none" if mode == "none" else "bwrap")
+        if mode == "none":
+            assert "WARNING: --sandbox none" in log.read_text()
