@@ -222,7 +222,9 @@ def _list(client: FactoryClient, args: argparse.Namespace) -> None:
         info = {"has_next_page": bool(cursor), "next_cursor": cursor}
         print(json.dumps({"runs": runs, "page_info": info}, indent=2))
         return
-    if runs:
+    if not runs:
+        print("no runs", file=sys.stderr)
+    else:
         print(f"{'RUN ID':<30} {'STATE':<10} {'UPDATED':<24} {'SOURCE':<15} TITLE")
     for run in runs:
         stamp = run["updated_at"]
