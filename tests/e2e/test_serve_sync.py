@@ -85,6 +85,28 @@ def test_drift_is_reported_and_self_healed_and_foreign_applies_refused(tmp_path:
         logged = [json.loads(line) for line in server.log.read_text().splitlines() if '"out of sync"' in line]
         assert logged and logged[0]["drift"][0]["name"] == "alerts" and logged[0]["self_heal"] is True
 
+        # The CLI shows the same, by name.
+        http = {"FACTORY_API_KEY": server.key}
+        shown = run_cli("factories", "get", "synced", "--server", server.url, env=ENV | http, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert any(line.startswith(f"Sync:       Synced (compared {sha[:12]} at 20") for line in lines), lines
+        assert (
+            f"Commit:     {sha[:12]} Add the alerts webhook (Ada Lovelace, {commit['committed_at']})" in lines
+        )
+        assert f"Manager:    serve following git {src}@main" in lines
+        assert lines[-1].endswith(": ~ webhook alerts: enabled") and lines[-1].startswith("Last self-heal: ")
+        listed = run_cli("factories", "list", "--server", server.url, env=ENV | http, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.splitlines()[1].split() == [
+            "synced",
+            uid,
+            "definitions",
+            "True",
+            "Synced",
+            sha[:12],
+        ]
+
         # Another directory applied by hand: refused, naming the serve; forced, then reverted.
         other = tmp_path / "other"
         write_tree(other, description="by hand", extra=True)
