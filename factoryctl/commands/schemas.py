@@ -74,8 +74,9 @@ def _export(ctx: object, args: argparse.Namespace) -> int:
     for name, text in wanted.items():
         (target / name).write_text(text, encoding="utf-8")
     print(f"wrote {len(wanted)} schemas to {target}")
-    print("associate a definition file with its schema by a first line such as:")
-    print(f"  # yaml-language-server: $schema={target / 'webhook.schema.json'}")
+    print("associate each definition file with its schema by a first line naming it (a path relative to")
+    print("the file, or absolute), e.g. in webhooks/NAME.yaml:")
+    print(f"  # yaml-language-server: $schema={target.resolve() / 'webhook.schema.json'}")
     for name, pattern in FILES.items():
         print(f"  {pattern:<30} {name}.schema.json")
     return 0
