@@ -22,7 +22,7 @@ from aiohttp.test_utils import TestServer
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.notifications import policy
+from api.notifications import fanout, policy
 from api.notifications.sender import Sender
 from api.notifications.transport import GuardedTransport
 from api.runs import events
@@ -159,7 +159,13 @@ async def _fanned_out(sender: Sender) -> bool:
                 select(RunEvent.txid, RunEvent.id).order_by(RunEvent.txid.desc(), RunEvent.id.desc()).limit(1)
             )
         ).first()
-        cursor = (await s.execute(select(NotificationCursor.txid, NotificationCursor.event_id))).first()
+        cursor = (
+            await s.execute(
+                select(NotificationCursor.txid, NotificationCursor.event_id).where(
+                    NotificationCursor.name == fanout.CURSOR  # not the scorers' cursor row
+                )
+            )
+        ).first()
     return newest is None or (cursor is not None and tuple(cursor) >= tuple(newest))
 
 
