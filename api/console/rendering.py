@@ -14,6 +14,8 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
+from api.console import times
+from api.context import CLOCK
 from api.errors import ResourceNotFound
 from store import NotFound
 
@@ -34,6 +36,9 @@ def setup_templates(app: web.Application) -> jinja2.Environment:
     )
     env.globals["condition"] = lambda conds, kind: next((c for c in conds if c.get("type") == kind), None)
     env.globals["static_url"] = lambda name: str(app.router["console_static"].url_for(filename=name))
+    # read the clock per call: an imported macro (ui.ago) sees globals, not the page's context
+    env.globals["moment"] = lambda value: times.moment(value, app[CLOCK].now())  # docs/console.md, "Times"
+    env.globals["duration"] = times.duration
     return env
 
 

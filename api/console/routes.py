@@ -19,6 +19,7 @@ from api import RateLimited
 from api.auth import key_holder
 from api.console import admin_pages, artifact_pages, automation_pages, factory_pages, run_list, run_pages
 from api.console import sessions as console_sessions
+from api.console.error_pages import setup_error_pages
 from api.console.rendering import render, setup_templates
 from api.console.security import (
     changing,
@@ -144,6 +145,7 @@ async def factories(request: web.Request) -> web.StreamResponse:
 
 def setup(app: web.Application) -> None:
     setup_templates(app)
+    setup_error_pages(app)  # outside the security middleware: its refusals are restyled too
     setup_security(app)
     app.router.add_get("/", root)
     app.router.add_get("/console", home)

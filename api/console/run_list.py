@@ -18,9 +18,11 @@ from multidict import MultiDict
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.console.rendering import render, when
+from api.console import run_list_live
+from api.console.rendering import render
 from api.console.security import signed_in
 from api.console.sessions import ConsoleUser
+from api.console.times import duration
 from api.context import SESSIONS
 from api.errors import ApiError
 from api.http.pagination import (
@@ -33,6 +35,7 @@ from api.http.pagination import (
 )
 from api.runs import records as runs
 from api.runs.requests import parse_list_query
+from store.clock import rfc3339
 from store.models import Factory, Run
 from store.rules.vocabulary import RUN_SOURCES, RUN_STATES
 
@@ -159,8 +162,10 @@ async def runs_list(request: web.Request) -> web.StreamResponse:
                     "creator": r.creator_display_name or r.creator_uid,
                     "factory_uid": r.factory_uid,
                     "factory_name": names.get(r.factory_uid or "", r.factory_uid),
-                    "created": when(r.created_at),
-                    "updated": when(r.updated_at),
+                    "created": r.created_at,
+                    "updated": r.updated_at,
+                    "duration": duration(r.started_at, r.finished_at),
+                    "started": rfc3339(r.started_at),
                 }
                 for r in page.rows
             ],
@@ -174,6 +179,9 @@ async def runs_list(request: web.Request) -> web.StreamResponse:
             "scan_stopped": page.scan_stopped,
             "scan_limit": SCAN_LIMIT,
             "filtered": bool(picked),
+            # live on the newest page only: an older page would shift under the reader (docs/console.md,
+            # "Live pages")
+            "live": not (request.query.get("cursor") or request.query.get("before")),
         },
     )
 
@@ -182,5 +190,6 @@ async def runs_list(request: web.Request) -> web.StreamResponse:
 
 
 def setup(app: web.Application) -> None:
-    """Register the runs list."""
+    """Register the runs list and its live feed."""
     app.router.add_get("/console/runs", runs_list)
+    run_list_live.setup(app)

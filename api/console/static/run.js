@@ -48,6 +48,21 @@ document.addEventListener("DOMContentLoaded", () => {
       if (status) item.append(el("div", "small", String(status)));
       timeline.append(item);
     }
+    // Started, Finished and Duration fill in as the run starts and ends (docs/console.md, "Live pages").
+    const at = String(event.created_at || "");
+    const started = document.getElementById("run-started");
+    if (started && at && state === "INPROGRESS" && !started.dataset.at) {
+      started.dataset.at = at;
+      started.replaceChildren(window.factoryTimes.element(at));
+    }
+    if (TERMINAL.has(state) && at) {
+      const finished = document.getElementById("run-finished");
+      if (finished) finished.replaceChildren(window.factoryTimes.element(at));
+      const duration = document.getElementById("run-duration");
+      if (duration && started && started.dataset.at) {
+        duration.textContent = window.factoryTimes.duration(Date.parse(started.dataset.at), Date.parse(at));
+      }
+    }
     if (TERMINAL.has(state)) {
       const cancel = document.getElementById("cancel-form");
       if (cancel) cancel.hidden = true;
