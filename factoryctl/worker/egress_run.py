@@ -5,7 +5,8 @@ Unix socket in a fresh egress directory (mode 0700, outside every workspace), co
 beside it, and gives the run a sandbox whose processes start through the relay; when the run ends the
 proxy stops and the directory goes. ``open`` gives the sandbox the host's network. A run with no
 sandbox (``--sandbox none``, or nothing run-controlled) keeps the host's network and gets no proxy.
-Each choice is said on the run's log.
+``open`` is said on the run's log, and so is each refused destination (the policy itself is on the
+run's details, from its start heartbeat).
 """
 
 from __future__ import annotations
@@ -90,7 +91,6 @@ async def run_network(
         ports = {port: authority(host, port) for host, port in rules.trusted if host in LOOPBACK_HOSTS}
         forward = tuple(ports.values())
         network = SandboxNetwork(egress=directory, python=python, python_dirs=python_dirs, forward=forward)
-        await on_output("system", describe(rules))
         yield sandbox.with_network(network)
     finally:
         await proxy.close()
@@ -102,12 +102,3 @@ async def run_network(
 def authority(host: str, port: int) -> str:
     """``host:port``, an IPv6 address in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def describe(rules: EgressRules) -> str:
-    """The run log's line about its network."""
-    model = ", ".join(authority(host, port) for host, port in sorted(rules.model)) or "none"
-    listed = ", ".join(rules.policy.allow) or "nothing else"
-    allowed = f"; allowed: {listed}" if rules.policy.mode == "allowlist" else ""
-    mode = rules.policy.mode
-    return f"network: {mode} through the worker's egress proxy (model endpoint: {model}{allowed})"

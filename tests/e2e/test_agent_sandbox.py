@@ -211,6 +211,6 @@ def test_an_agent_cli_in_the_sandbox_reaches_its_model_and_nothing_else(name: st
     [result] = [e["data"] for e in events if e["kind"] == "tool_result"]
     assert "refused: not on the network allowlist" in result["output"], result
     assert "connect=403" in result["output"], result
-    assert any(line.startswith("network: allowlist through the worker's egress proxy") for line in logs), logs
+    assert f"network: refused 127.0.0.1:{other} (not on the network allowlist)" in logs, logs
     assert model.recorder.requests, "the model was never reached"
     assert model.recorder.unknown == []

@@ -141,10 +141,10 @@ async def test_the_model_endpoint_is_reached_and_everything_else_is_refused_once
         {"host": "127.0.0.1", "port": other, "reason": "not on the network allowlist"},
         {"host": "example.invalid", "port": 443, "reason": "not on the network allowlist"},
     ]
-    assert rec.lines[0] == (
-        f"network: allowlist through the worker's egress proxy (model endpoint: 127.0.0.1:{model}; "
-        "allowed: nothing else)"
-    )
+    assert rec.lines == [  # the policy is on the run's details; the log says what was refused
+        f"network: refused 127.0.0.1:{other} (not on the network allowlist)",
+        "network: refused example.invalid:443 (not on the network allowlist)",
+    ]
     assert not egress.exists()  # the run's egress directory goes with the run
 
 
