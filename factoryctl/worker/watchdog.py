@@ -165,18 +165,17 @@ class Watchdog:
 
     def __init__(self, processes: RunProcesses, limits: Limits, *, interval: float = SAMPLE_SECONDS) -> None:
         self.processes, self.limits, self.interval = processes, limits, interval
-        self.next_disk = 0.0
-        self.slowest_disk = 0.0  # seconds of the slowest walk so far (what the cost bound is built on)
+        self.next_disk = 0.0  # monotonic time of the next workspace walk
 
     def sample(self) -> Sample:
-        pids = self.processes.find() if self.limits.memory_bytes or self.limits.processes else set()
+        counted = self.limits.memory_bytes is not None or self.limits.processes is not None
+        pids = self.processes.find() if counted else set()
         memory, count = memory_and_count(pids)
         disk = None
         now = time.monotonic()
         if self.limits.disk_bytes is not None and now >= self.next_disk:
             disk = disk_usage(Path(self.processes.workspace))
             took = time.monotonic() - now
-            self.slowest_disk = max(self.slowest_disk, took)
             self.next_disk = now + max(self.interval, took * DISK_COST_FACTOR)
         return Sample(memory_bytes=memory, processes=count, disk_bytes=disk)
 
