@@ -1,12 +1,15 @@
 """Engines, sessions and migrations.
 
-SQLite gets WAL, a busy timeout and foreign keys on every connection; PostgreSQL uses asyncpg.
+SQLite gets WAL, a busy timeout, foreign keys, a bound on the WAL file left after a checkpoint and (for new
+databases) incremental auto-vacuum on every connection; PostgreSQL uses asyncpg. The checkpoint and vacuum
+helpers below are what the maintenance job calls (docs/operations.md, "SQLite file and WAL size").
 Migrations (Alembic, ``store/migrations``) run on start, under an advisory lock on PostgreSQL so
 several replicas starting together migrate once.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK = 0x666163746F7279  # "factory"
+# After a checkpoint that resets the WAL, SQLite truncates the file to at most this many bytes: without it
+# the WAL keeps its high-water mark for ever (docs/operations.md, "SQLite file and WAL size").
+WAL_SIZE_LIMIT = 16 * 1024 * 1024
 
 
 def normalize_url(url: str) -> str:
@@ -50,7 +56,10 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         @event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
+            # Only takes effect while the file has no tables (a new database); a no-op afterwards.
+            cur.execute("PRAGMA auto_vacuum=INCREMENTAL")
             cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA busy_timeout=30000")
@@ -93,3 +102,46 @@ async def migrate(engine: AsyncEngine) -> None:
     """Bring the schema to the newest revision (idempotent; safe with concurrent replicas)."""
     async with engine.begin() as conn:
         await conn.run_sync(_upgrade)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What ``PRAGMA wal_checkpoint`` answered: ``busy`` when a reader or writer kept it from finishing."""
+
+    busy: bool
+    wal_pages: int
+    checkpointed_pages: int
+
+
+async def wal_checkpoint(engine: AsyncEngine, mode: str = "PASSIVE") -> Checkpoint | None:
+    """Copy the WAL into the database file (SQLite; None on PostgreSQL, which has nothing to do).
+
+    ``PASSIVE`` never waits for anyone; ``TRUNCATE`` waits (on the busy timeout) for writers and readers to
+    finish, then empties the file: the job uses it only after a prune pass (docs/operations.md)."""
+    if mode not in ("PASSIVE", "TRUNCATE"):
+        raise ValueError(f"unknown checkpoint mode {mode!r}")
+    if not is_sqlite(engine):
+        return None
+    async with engine.connect() as conn:
+        row: Any = (await conn.exec_driver_sql(f"PRAGMA wal_checkpoint({mode})")).one()
+        busy, wal_pages, done = row
+    return Checkpoint(busy=bool(busy), wal_pages=int(wal_pages), checkpointed_pages=int(done))
+
+
+async def release_free_pages(engine: AsyncEngine, max_pages: int) -> int | None:
+    """Give up to ``max_pages`` free pages back to the file system (SQLite with ``auto_vacuum=INCREMENTAL``);
+    returns how many pages were free before, or None when this database cannot (PostgreSQL, or a SQLite
+    file created before incremental vacuum: docs/operations.md says how to switch it)."""
+    if not is_sqlite(engine):
+        return None
+    async with engine.connect() as conn:
+        mode = (await conn.exec_driver_sql("PRAGMA auto_vacuum")).scalar_one()
+        free = int((await conn.exec_driver_sql("PRAGMA freelist_count")).scalar_one())
+        if int(mode) != 2:  # 2 = INCREMENTAL
+            return None
+        if free:
+            # Each step of this pragma frees one page, and a statement without result columns is stepped
+            # once by ``execute``: only ``executescript`` runs it to the end.
+            driver: Any = (await conn.get_raw_connection()).driver_connection  # aiosqlite's connection
+            await driver.executescript(f"PRAGMA incremental_vacuum({int(max_pages)})")
+    return free

@@ -1,0 +1,141 @@
+"""The maintenance job: one loop that applies every retention policy in bounded batches, then keeps the SQLite
+file and its WAL small (docs/operations.md, "Retention" and "SQLite file and WAL size").
+
+Only one replica prunes at a time: a pass first takes (or renews) the ``job:maintenance`` row of the
+``locks`` table as a lease for :data:`LEASE_SECONDS`; a replica that finds another holder's lease unexpired
+skips the pass. A replica that dies simply lets its lease run out.
+
+Batches are short transactions with a pause between them, so the ingress writer (one SQLite writer at a
+time) gets the lock back after each; a pass stops after :data:`MAX_BATCHES` batches per table and the rest
+waits for the next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from api.context import CLOCK, ENGINE, SESSIONS
+from api.periodic import Lifecycle, periodic
+from api.runs.retention import RetentionSettings, TablePolicy, policies
+from store.db import is_sqlite, release_free_pages, wal_checkpoint
+from store.models import AppliedLock
+
+log = logging.getLogger("factoryctl.maintenance")
+
+LEASE_NAME = "job:maintenance"
+DEFAULT_INTERVAL_SECONDS = 300.0
+LEASE_SECONDS = 900.0  # longer than a pass; a dead holder's lease lapses after this
+MAX_BATCHES = 200  # per table per pass
+PAUSE_SECONDS = 0.02  # between batches: the writer lock goes back to ingress
+FREE_PAGES_PER_PASS = 20_000  # 80 MB of 4 KiB pages: incremental vacuum is a write, kept short
+
+
+@dataclass
+class PassReport:
+    """What one pass did: rows (runs for ``runs``) deleted per table, and whether it held the lease."""
+
+    leader: bool = False
+    deleted: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.deleted.values())
+
+
+async def take_lease(
+    sessions: async_sessionmaker[AsyncSession], holder: str, now: dt.datetime, seconds: float = LEASE_SECONDS
+) -> bool:
+    """Take or renew the maintenance lease for ``holder``; False while another holder's is unexpired.
+
+    One upsert whose update applies only to an expired or own row, then a read of the holder: the same
+    two statements on both backends, and the database's row lock decides a race."""
+    expires = now + dt.timedelta(seconds=seconds)
+    async with sessions() as session, session.begin():
+        dialect = sqlite if session.get_bind().dialect.name == "sqlite" else postgresql
+        stmt = dialect.insert(AppliedLock).values(name=LEASE_NAME, holder=holder, expires_at=expires)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[AppliedLock.name],
+            set_={"holder": holder, "expires_at": expires},
+            where=(AppliedLock.expires_at < now) | (AppliedLock.holder == holder),
+        )
+        await session.execute(stmt)
+        current = await session.scalar(select(AppliedLock.holder).where(AppliedLock.name == LEASE_NAME))
+    return current == holder
+
+
+async def apply_policy(
+    sessions: async_sessionmaker[AsyncSession], policy: TablePolicy, now: dt.datetime, *, pause: float
+) -> int:
+    """Delete what ``policy`` says is too old, one short transaction per batch; returns the count."""
+    if policy.keep is None:
+        return 0
+    cutoff = now - policy.keep
+    deleted = 0
+    for _ in range(MAX_BATCHES):
+        async with sessions() as session, session.begin():
+            count = await policy.prune(session, cutoff, policy.batch)
+        deleted += count
+        if count < policy.batch:
+            break
+        await asyncio.sleep(pause)  # let queued writers (ingress, claims) commit between batches
+    return deleted
+
+
+async def compact(engine: AsyncEngine, *, pruned: bool) -> None:
+    """SQLite only: after a pass that deleted rows, hand free pages back and empty the WAL (``TRUNCATE``
+    waits for readers on the busy timeout, briefly); otherwise a ``PASSIVE`` checkpoint, which never waits."""
+    if not is_sqlite(engine):
+        return
+    if pruned:
+        await release_free_pages(engine, FREE_PAGES_PER_PASS)
+    result = await wal_checkpoint(engine, "TRUNCATE" if pruned else "PASSIVE")
+    if result is not None and result.busy:
+        log.info("WAL checkpoint incomplete (readers busy); the next pass retries")
+
+
+async def maintenance_pass(
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+    settings: RetentionSettings,
+    *,
+    now: dt.datetime,
+    holder: str,
+    pause: float = PAUSE_SECONDS,
+) -> PassReport:
+    """One pass: take the lease, apply every policy, compact. A replica without the lease does nothing."""
+    report = PassReport()
+    if not await take_lease(sessions, holder, now):
+        return report
+    report.leader = True
+    for policy in policies(settings):
+        report.deleted[policy.table] = await apply_policy(sessions, policy, now, pause=pause)
+    await compact(engine, pruned=report.total > 0)
+    return report
+
+
+def maintenance_job(
+    settings: RetentionSettings,
+    interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
+    *,
+    holder: str | None = None,
+) -> Lifecycle:
+    """A ``cleanup_ctx`` lifecycle running :func:`maintenance_pass` now and every ``interval_seconds``."""
+    me = holder or f"maintenance-{uuid.uuid4().hex[:12]}"
+
+    async def tick(app: web.Application) -> PassReport:
+        report = await maintenance_pass(app[ENGINE], app[SESSIONS], settings, now=app[CLOCK].now(), holder=me)
+        if report.total:
+            counts = ", ".join(f"{table} {n}" for table, n in report.deleted.items() if n)
+            log.info("retention deleted %s", counts, extra={"deleted": report.deleted})
+        return report
+
+    return periodic("maintenance", interval_seconds, tick, log=log)
