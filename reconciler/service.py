@@ -64,6 +64,7 @@ class ReconcileOutcome:
     factory_uid: str | None = None
     files: int = 0
     reason: str | None = None  # why it failed, when the caller must tell (``ManagedElsewhere``)
+    managed_by: str | None = None  # a plan: the live ``serve`` that manages the factory, described
 
     @property
     def ok(self) -> bool:
@@ -239,8 +240,14 @@ async def reconcile(
                 team_id = await _team_id(session, team)
                 state = await read_state(session, team_id, name)
                 plan, warnings = await checks.plan(session, team_id, state)
+                holder = await _holder(session, team_id, name, None, True, clock.now()) if team_id else None
             return outcome(
-                "planned", plan=plan, diagnostics=warnings, factory_name=name, factory_uid=plan.factory_uid
+                "planned",
+                plan=plan,
+                diagnostics=warnings,
+                factory_name=name,
+                factory_uid=plan.factory_uid,
+                managed_by=describe(holder) if holder else None,
             )
         async with sessions() as session, session.begin():
             await acquire(session, team, name, now=started)

@@ -123,6 +123,8 @@ def _plan(ctx: CliContext, args: argparse.Namespace) -> int:
     if not result.ok or result.plan is None:
         return _report_failure(result, args.format, planning=True)
     _warn(result)
+    if result.managed_by:  # docs/reconcile.md, "Who manages a factory"
+        print(f"note: {result.managed_by} manages this factory; apply needs --force", file=sys.stderr)
     if args.format == "json":
         print(json.dumps(_plan_json(result.plan, result), indent=2))
     else:
@@ -156,6 +158,10 @@ def _apply(ctx: CliContext, args: argparse.Namespace) -> int:
         preview = _run(ctx, args, dry_run=True)
         if not preview.ok or preview.plan is None:
             return _report_failure(preview, args.format, planning=False)
+        if preview.managed_by and not args.force:  # refused before asking (docs/reconcile.md)
+            message = f"{preview.managed_by} manages this factory; pass --force to apply anyway"
+            print(f"error: {message}", file=sys.stderr)
+            return 1
         _warn(preview)
         sys.stdout.write(render_text(preview.plan, color=use_color()))
         previewed = True

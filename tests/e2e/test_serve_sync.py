@@ -4,12 +4,15 @@ PostgreSQL (docs/reconcile.md, "Sync status", "Self-heal", "Who manages a factor
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import git
 import pytest
-from serve_support import Served, run_cli, serving, wait_for
+from serve_support import CLI, Served, clean_env, run_cli, serving, wait_for
 
 pytestmark = pytest.mark.slow
 KEY = "bXlfdGVzdF9rZXlfMzJfYnl0ZXNfbG9uZ19fX19fX18="
@@ -29,6 +32,23 @@ def the_factory(server: Served) -> dict[str, Any] | None:
         if f["name"] == "synced":
             return dict(server.get(f"/api/v1/factory/{f['uid']}"))
     return None
+
+
+def apply_on_a_terminal(store: tuple[str | Path, ...], tree: Path) -> tuple[int, str]:
+    """``factoryctl apply TREE`` with a terminal as stdin (it would ask for ``yes``), answering ``yes``."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*CLI, *map(str, store), "apply", str(tree)],
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=clean_env(ENV),
+    )
+    os.close(slave)
+    os.write(master, b"yes\n")
+    out, _ = proc.communicate(timeout=120)
+    os.close(master)
+    return proc.returncode, out.decode()
 
 
 def hooks(factory: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -114,6 +134,15 @@ def test_drift_is_reported_and_self_healed_and_foreign_applies_refused(tmp_path:
         assert refused.returncode == 1
         assert f"managed by serve following git {src}@main" in refused.stderr and "--force" in refused.stderr
         assert set(hooks(the_factory(server) or {})) == {"alerts"}
+        planned = run_cli(*store, "plan", other, env=ENV, timeout=60)
+        assert planned.returncode == 0 and "+ webhook extra" in planned.stdout
+        assert (
+            f"note: serve following git {src}@main manages this factory; apply needs --force"
+            in planned.stderr
+        )
+        code, shown_on_tty = apply_on_a_terminal(store, other)
+        assert code == 1 and "Only 'yes' will be accepted" not in shown_on_tty
+        assert f"error: serve following git {src}@main manages this factory; pass --force" in shown_on_tty
 
         forced = run_cli(*store, "apply", other, "--auto-approve", "--force", env=ENV, timeout=60)
         assert forced.returncode == 0, forced.stderr
