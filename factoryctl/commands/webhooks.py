@@ -127,9 +127,11 @@ def resolve_names(client: FactoryClient, args: argparse.Namespace) -> None:
 
 
 def by_name(action: Callable[[FactoryClient, argparse.Namespace], None]) -> Handler:
-    """:func:`handler` for an action whose arguments may be names: they are resolved first."""
+    """:func:`handler` for an action whose arguments may be names: the command's own input checks first
+    (a usage error sends nothing, docs/cli.md "Exit codes"), then the names are resolved."""
 
     def resolved(client: FactoryClient, args: argparse.Namespace) -> None:
+        check_input(args)
         resolve_names(client, args)
         action(client, args)
 
@@ -183,6 +185,14 @@ def _show_secret(hook: WebhookWithSecret, args: argparse.Namespace, what: str) -
     print(hook.secret)
 
 
+def check_input(args: argparse.Namespace) -> None:
+    """Usage errors found before any call: ``--limit`` below 1; an empty ``--secret-from-stdin`` (the
+    secret is read here, once, into ``args.given_secret``)."""
+    if getattr(args, "limit", 1) < 1:
+        raise UsageError("--limit must be at least 1")
+    args.given_secret = _stdin_secret() if getattr(args, "secret_from_stdin", False) else None
+
+
 def _stdin_secret() -> str:
     value = sys.stdin.read()
     value = value[:-1] if value.endswith("\n") else value
@@ -196,7 +206,7 @@ def _stdin_secret() -> str:
 
 
 def _create(client: FactoryClient, args: argparse.Namespace) -> None:
-    given = _stdin_secret() if args.secret_from_stdin else None
+    given: str | None = args.given_secret
     hook = client.webhooks.create(
         args.factory_uid,
         args.name,
@@ -253,7 +263,7 @@ def _disable(client: FactoryClient, args: argparse.Namespace) -> None:
 
 
 def _rotate(client: FactoryClient, args: argparse.Namespace) -> None:
-    given = _stdin_secret() if args.secret_from_stdin else None
+    given: str | None = args.given_secret
     hook = client.webhooks.rotate_secret(args.factory_uid, args.webhook_uid, secret=given)
     if given is not None and args.format == "text":  # the caller already holds the value
         fields(_webhook_fields(hook))
@@ -274,8 +284,6 @@ def _delete(client: FactoryClient, args: argparse.Namespace) -> None:
 
 
 def _deliveries(client: FactoryClient, args: argparse.Namespace) -> None:
-    if args.limit < 1:
-        raise UsageError("--limit must be at least 1")
     pages = client.deliveries.iter(
         args.factory_uid, args.webhook_uid, status=args.status or None, limit=min(args.limit, 200)
     )
