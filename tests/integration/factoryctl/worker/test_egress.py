@@ -124,6 +124,7 @@ async def test_the_model_endpoint_is_reached_and_everything_else_is_refused_once
             f'echo "proxy $HTTPS_PROXY no[$NO_PROXY]"; '
             f"curl -sS -m 20 'http://127.0.0.1:{model}/v1/messages?x=1'; echo; "
             f"curl -sS -m 20 --noproxy '*' http://127.0.0.1:{model}/direct; echo; "  # the forwarded port
+            f"curl -sS -m 20 --proxytunnel http://127.0.0.1:{model}/tunnel; echo; "  # CONNECT, then HTTP
             f"curl -sS -m 20 http://127.0.0.1:{other}/; echo; "
             f"curl -sS -m 20 http://127.0.0.1:{other}/again; echo; "
             f"curl -s -m 20 -o /dev/null -w '%{{http_connect}}' https://example.invalid/; echo; "
@@ -132,11 +133,11 @@ async def test_the_model_endpoint_is_reached_and_everything_else_is_refused_once
         )
     lines = [line for line in out.splitlines() if line]
     assert lines[0].startswith("proxy http://127.0.0.1:") and lines[0].endswith("no[]")
-    assert lines[1:3] == ["hello model", "hello model"]
-    assert lines[3:5] == [f"egress to 127.0.0.1:{other} refused: not on the network allowlist"] * 2
-    assert lines[5:] == ["403", "no direct way out"]  # the CONNECT's answer
+    assert lines[1:4] == ["hello model"] * 3
+    assert lines[4:6] == [f"egress to 127.0.0.1:{other} refused: not on the network allowlist"] * 2
+    assert lines[6:] == ["403", "no direct way out"]  # the CONNECT's answer
     assert host.seen[0] == f"127.0.0.1:{model} /v1/messages?x=1 close"  # origin form, Connection: close
-    assert all(s.startswith(f"127.0.0.1:{model} ") for s in host.seen)  # "other" never answered
+    assert [s.split()[1] for s in host.seen] == ["/v1/messages?x=1", "/direct", "/tunnel"]  # "other": none
     assert rec.refused() == [  # once per destination
         {"host": "127.0.0.1", "port": other, "reason": "not on the network allowlist"},
         {"host": "example.invalid", "port": 443, "reason": "not on the network allowlist"},
