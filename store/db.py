@@ -128,6 +128,17 @@ async def wal_checkpoint(engine: AsyncEngine, mode: str = "PASSIVE") -> Checkpoi
     return Checkpoint(busy=bool(busy), wal_pages=int(wal_pages), checkpointed_pages=int(done))
 
 
+def wal_bytes(engine: AsyncEngine) -> int | None:
+    """The size of a SQLite file database's WAL (0 when absent); None for PostgreSQL or in-memory SQLite."""
+    database = engine.url.database
+    if not is_sqlite(engine) or not database or database == ":memory:":
+        return None
+    try:
+        return Path(f"{database}-wal").stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 async def release_free_pages(engine: AsyncEngine, max_pages: int) -> int | None:
     """Give up to ``max_pages`` free pages back to the file system (SQLite with ``auto_vacuum=INCREMENTAL``);
     returns how many pages were free before, or None when this database cannot (PostgreSQL, or a SQLite

@@ -29,6 +29,27 @@ BATCH_RUNS = 100
 MAX_BATCHES = 50  # per pass: the rest waits for the next one
 
 
+async def prune_log_batch(session: AsyncSession, cutoff: dt.datetime, batch: int) -> int:
+    """In the caller's transaction: drop the lines of up to ``batch`` runs finished before ``cutoff`` and
+    reset their counters; returns how many runs. The maintenance job's ``run_logs`` policy
+    (:mod:`api.runs.retention`) is this function."""
+    holds_lines = or_(Run.log_lines > 0, Run.log_dropped > 0)
+    pick = (
+        select(Run.run_id).where(Run.finished_at < cutoff, holds_lines).order_by(Run.finished_at).limit(batch)
+    )
+    run_ids = list((await session.scalars(pick)).all())
+    if not run_ids:
+        return 0
+    await session.execute(delete(RunLog).where(RunLog.run_id.in_(run_ids)))
+    await session.execute(
+        update(Run)
+        .where(Run.run_id.in_(run_ids), Run.finished_at < cutoff)
+        .values(log_lines=0, log_bytes=0, log_dropped=0)
+        .execution_options(synchronize_session=False)
+    )
+    return len(run_ids)
+
+
 async def prune_run_logs(
     sessions: async_sessionmaker[AsyncSession], *, now: dt.datetime, keep_days: int, batch: int = BATCH_RUNS
 ) -> int:
@@ -36,28 +57,12 @@ async def prune_run_logs(
     if keep_days <= 0:
         return 0
     cutoff = now - dt.timedelta(days=keep_days)
-    holds_lines = or_(Run.log_lines > 0, Run.log_dropped > 0)
     pruned = 0
     for _ in range(MAX_BATCHES):
         async with sessions() as session, session.begin():
-            pick = (
-                select(Run.run_id)
-                .where(Run.finished_at < cutoff, holds_lines)
-                .order_by(Run.finished_at)
-                .limit(batch)
-            )
-            run_ids = list((await session.scalars(pick)).all())
-            if not run_ids:
-                break
-            await session.execute(delete(RunLog).where(RunLog.run_id.in_(run_ids)))
-            await session.execute(
-                update(Run)
-                .where(Run.run_id.in_(run_ids), Run.finished_at < cutoff)
-                .values(log_lines=0, log_bytes=0, log_dropped=0)
-                .execution_options(synchronize_session=False)
-            )
-        pruned += len(run_ids)
-        if len(run_ids) < batch:
+            count = await prune_log_batch(session, cutoff, batch)
+        pruned += count
+        if count < batch:
             break
     return pruned
 

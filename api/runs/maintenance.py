@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from api.context import CLOCK, ENGINE, SESSIONS
 from api.periodic import Lifecycle, periodic
 from api.runs.retention import RetentionSettings, TablePolicy, policies
-from store.db import is_sqlite, release_free_pages, wal_checkpoint
+from store.db import is_sqlite, release_free_pages, wal_bytes, wal_checkpoint
 from store.models import AppliedLock
 
 log = logging.getLogger("factoryctl.maintenance")
@@ -36,6 +36,7 @@ DEFAULT_INTERVAL_SECONDS = 300.0
 LEASE_SECONDS = 900.0  # longer than a pass; a dead holder's lease lapses after this
 MAX_BATCHES = 200  # per table per pass
 PAUSE_SECONDS = 0.02  # between batches: the writer lock goes back to ingress
+TRUNCATE_ABOVE = 4 * 1024 * 1024  # a WAL bigger than this is emptied, not just checkpointed
 FREE_PAGES_PER_PASS = 20_000  # 80 MB of 4 KiB pages: incremental vacuum is a write, kept short
 
 
@@ -91,13 +92,17 @@ async def apply_policy(
 
 
 async def compact(engine: AsyncEngine, *, pruned: bool) -> None:
-    """SQLite only: after a pass that deleted rows, hand free pages back and empty the WAL (``TRUNCATE``
-    waits for readers on the busy timeout, briefly); otherwise a ``PASSIVE`` checkpoint, which never waits."""
+    """SQLite only: after a pass that deleted rows, or when the WAL is over :data:`TRUNCATE_ABOVE` (SQLite
+    itself trims it only to ``store.db.WAL_SIZE_LIMIT``, and only when it restarts the log), hand free pages
+    back and empty the WAL. ``TRUNCATE`` waits for readers and writers on the busy timeout, briefly: it
+    copies pages, nothing more. Otherwise a ``PASSIVE`` checkpoint, which never waits (docs/operations.md,
+    "SQLite file and WAL size")."""
     if not is_sqlite(engine):
         return
     if pruned:
         await release_free_pages(engine, FREE_PAGES_PER_PASS)
-    result = await wal_checkpoint(engine, "TRUNCATE" if pruned else "PASSIVE")
+    oversized = (wal_bytes(engine) or 0) > TRUNCATE_ABOVE
+    result = await wal_checkpoint(engine, "TRUNCATE" if pruned or oversized else "PASSIVE")
     if result is not None and result.busy:
         log.info("WAL checkpoint incomplete (readers busy); the next pass retries")
 

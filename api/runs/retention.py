@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.runs.log_retention import BATCH_RUNS, prune_log_batch
 from store.models import ConsoleSession, NotificationEndpoint, NotificationMessage, Run, ScheduleFire, Team
 from store.rules.vocabulary import RunState
 
@@ -40,15 +41,23 @@ class TablePolicy:
 
 @dataclass(frozen=True)
 class RetentionSettings:
-    """The ages docs/operations.md, "Retention" documents; ``run_days`` is ``serve --run-retention-days``."""
+    """The ages docs/operations.md, "Retention" documents: ``run_days`` is ``serve --run-retention-days``,
+    ``run_log_days`` ``FACTORY_RUN_LOG_RETENTION_DAYS`` (a run's log lines may go before the run)."""
 
     run_days: int = 30
+    run_log_days: int = 30
     notification_days: int = 14
     console_session_days: int = 1
     schedule_fire_days: int = 30
 
     def __post_init__(self) -> None:
-        for name in ("run_days", "notification_days", "console_session_days", "schedule_fire_days"):
+        for name in (
+            "run_days",
+            "run_log_days",
+            "notification_days",
+            "console_session_days",
+            "schedule_fire_days",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 (keep for ever) or more")
 
@@ -149,6 +158,7 @@ def policies(settings: RetentionSettings) -> tuple[TablePolicy, ...]:
     events and log lines with it (hundreds of rows per run is usual)."""
     return (
         TablePolicy("runs", _days(settings.run_days), 50, prune_runs),
+        TablePolicy("run_logs", _days(settings.run_log_days), BATCH_RUNS, prune_log_batch),
         TablePolicy(
             "notification_messages", _days(settings.notification_days), 500, prune_notification_messages
         ),

@@ -5,8 +5,8 @@ batches are bounded; one replica at a time holds the lease (docs/operations.md, 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import datetime as dt
+import itertools
 import uuid
 
 from sqlalchemy import func, insert, select
@@ -91,6 +91,8 @@ async def seed_run(
                 source="API",
                 creator_type="user",
                 creator_uid="u",
+                log_lines=3,
+                log_bytes=6,
             )
         )
         for i in range(3):
@@ -183,11 +185,12 @@ async def test_old_finished_runs_go_with_everything_they_own(engine, sessions) -
     live = await seed_run(sessions, "INPROGRESS", created=60, finished=None)
     blocked = await seed_run(sessions, "BLOCKED", created=60, finished=50)  # can still be followed up
 
-    runs_only = RetentionSettings(run_days=30, notification_days=0)
+    runs_only = RetentionSettings(run_days=30, run_log_days=0, notification_days=0)
     report = await maintenance_pass(engine, sessions, runs_only, now=NOW, holder="a")
 
     assert report.leader and report.deleted == {
         "runs": 4,
+        "run_logs": 0,
         "notification_messages": 0,
         "console_sessions": 0,
         "schedule_fires": 0,
@@ -207,11 +210,21 @@ async def test_zero_days_keeps_runs_for_ever(engine, sessions) -> None:
     await seed_team(sessions)
     run_id = await seed_run(sessions, "SUCCEEDED", created=900, finished=900)
     settings = RetentionSettings(
-        run_days=0, notification_days=0, console_session_days=0, schedule_fire_days=0
+        run_days=0, run_log_days=0, notification_days=0, console_session_days=0, schedule_fire_days=0
     )
     report = await maintenance_pass(engine, sessions, settings, now=NOW, holder="a")
     assert report.leader and report.total == 0
     assert (await owned_rows(sessions, run_id))["run_logs"] == 3
+
+
+async def test_log_lines_may_go_before_their_run(engine, sessions) -> None:
+    await seed_team(sessions)
+    run_id = await seed_run(sessions, "SUCCEEDED", created=21, finished=20)
+    settings = RetentionSettings(run_days=30, run_log_days=10, notification_days=0)
+    report = await maintenance_pass(engine, sessions, settings, now=NOW, holder="a")
+    assert report.deleted["run_logs"] == 1
+    rows = await owned_rows(sessions, run_id)
+    assert (rows["runs"], rows["run_logs"], rows["run_events"]) == (1, 0, 3)
 
 
 async def test_runs_are_deleted_in_bounded_batches(sessions) -> None:
@@ -281,6 +294,7 @@ async def test_notifications_sessions_and_fires_have_their_own_ages(engine, sess
 
     assert report.deleted == {
         "runs": 0,
+        "run_logs": 0,
         "notification_messages": 1,
         "console_sessions": 2,
         "schedule_fires": 2,
