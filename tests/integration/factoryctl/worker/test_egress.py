@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from factoryctl.worker.egress import EgressProxy, public_only
+from factoryctl.worker.egress import MAX_REFUSED, EgressProxy, public_only
 from factoryctl.worker.egress_run import run_network
 from factoryctl.worker.job import Job
 from factoryctl.worker.netpolicy import EgressRules, NetworkPolicy
@@ -292,3 +292,25 @@ async def test_the_relay_costs_little_per_process_start(host: Host, tmp_path: Pa
         assert sandbox is not None
         relayed = await timed(sandbox)
     assert relayed - plain < 0.5
+
+
+async def test_refusals_are_recorded_once_per_destination_and_bounded(tmp_path: Path) -> None:
+    refused: list[tuple[str, int]] = []
+
+    async def on_refused(name: str, port: int, reason: str) -> None:
+        refused.append((name, port))
+
+    proxy = EgressProxy(
+        EgressRules(NetworkPolicy("none")), tmp_path / "p.sock", refusal=public_only, on_refused=on_refused
+    )
+    await proxy.start()
+    try:
+        for port in [1, 1, *range(2, MAX_REFUSED + 2)]:  # MAX_REFUSED + 1 destinations, the first twice
+            answer = await ask(
+                tmp_path / "p.sock", f"CONNECT example.invalid:{port} HTTP/1.1\r\n\r\n".encode()
+            )
+            assert answer.startswith(b"HTTP/1.1 403")
+    finally:
+        await proxy.close()
+    assert len(refused) == MAX_REFUSED and refused[:2] == [("example.invalid", 1), ("example.invalid", 2)]
+    assert proxy.unrecorded == 1  # the run's log counts those past the bound
