@@ -23,12 +23,17 @@ def missing_store(ctx: CliContext) -> str | None:
     url = make_url(ctx.database_url)
     if not url.get_backend_name().startswith("sqlite") or not url.database or url.database == ":memory:":
         return None
-    path = Path(url.database)
+    path = Path(url.database).resolve()
     if path.is_file():
         return None
+    where = (
+        f"in {ctx.data_dir} ({path.name} does not exist there)"
+        if path.parent == ctx.data_dir
+        else f"at {path} (the file does not exist)"
+    )
     return (
-        f"no store in {ctx.data_dir} ({path.name} does not exist there); run this where 'factoryctl serve' "
-        "or 'make run' ran (their CLI context names the store), or give --data-dir, --database or --context"
+        f"no store {where}; run this where 'factoryctl serve' or 'make run' ran (their CLI context names "
+        "the store), or give --data-dir, --database or --context"
     )
 
 

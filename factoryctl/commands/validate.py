@@ -116,6 +116,11 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     if args.database or ctx.env.get("FACTORY_DATABASE_URL"):
         import asyncio
 
+        from factoryctl.existing_store import require_store
+
+        if not require_store(ctx):  # opening a SQLite URL would create an empty store to check against
+            return 1
+
         from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
         from store import StoreError

@@ -158,8 +158,8 @@ def test_online_checks_with_a_store(tmp_path: Path) -> None:
     proc = validate("example-factory", "--format", "json", data_dir=tmp_path, database=url)
     assert proc.returncode == 1, proc.stderr
     found = [(e["rule"], e["path"], e["line"]) for e in json.loads(proc.stdout)["factories"][0]["errors"]]
-    assert ("FC040", "example-factory/webhooks/stripe-payments.yaml", 5) in found
-    assert ("FC040", "example-factory/webhooks/alerts.yaml", 2) in found
+    assert ("FC040", "example-factory/webhooks/stripe-payments.yaml", 6) in found  # below the modeline
+    assert ("FC040", "example-factory/webhooks/alerts.yaml", 3) in found
     assert not any(rule == "FC043" for rule, _, _ in found)  # names, not UIDs: nothing to look up
 
     asyncio.run(_store(url, {"stripe-signing-secret": "whsec_x", "alerts-token": "tok"}))
@@ -172,5 +172,9 @@ def test_online_checks_report_an_unreachable_store(tmp_path: Path) -> None:
         "example-factory", data_dir=tmp_path, database=f"sqlite+aiosqlite:///{tmp_path}/nope/x.db"
     )
     assert proc.returncode == 1
-    assert "cannot run the online checks" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"error: no store at {tmp_path}/nope/x.db (the file does not exist)")
+    assert not (tmp_path / "nope").exists()  # never created to be checked against
+    postgres = validate("example-factory", database="postgresql+asyncpg://nobody@127.0.0.1:9/none")
+    assert postgres.returncode == 1
+    assert "cannot run the online checks" in postgres.stderr
+    assert "Traceback" not in proc.stderr + postgres.stderr
