@@ -19,6 +19,7 @@ from sqlalchemy import select
 from api.console import delivery_views
 from api.console.definition_views import load_definitions, trigger_views
 from api.console.delivery_views import delivery_view
+from api.console.factory_health import factory_health, recent_applies
 from api.console.rendering import or_404, render
 from api.console.security import changing, signed_in
 from api.console.sessions import ConsoleUser
@@ -27,18 +28,16 @@ from api.environments.routes import environment_json
 from api.errors import ApiError
 from api.factories.reconcile import request_reconcile
 from api.factories.routes import factory_detail, load_factory
-from api.factories.serialize import apply_json
 from api.management.deliveries import read_log
 from api.management.replay import replay
 from api.management.webhook_rules import AUTH_MODES, parse_create
 from api.management.webhooks import add_webhook, load_webhook, remove, rotate, set_enabled, webhook_view
 from api.notifications.serialize import endpoint_json
 from api.schedules.serialize import automation_views, schedule_item
-from store.models import ApplyRecord, Environment, Factory, NotificationEndpoint, Schedule
+from store.models import Environment, Factory, NotificationEndpoint, Schedule
 from store.rules.vocabulary import SIGNATURE_SCHEMES
 
 NO_WEBHOOK: Final = "No such webhook."
-APPLIES: Final = 10
 DELIVERIES: Final = 50
 NOTICES: Final = {
     "reconcile": "Reconcile requested: the factory's definitions are being applied again.",
@@ -55,21 +54,17 @@ def _notice(request: web.Request) -> str | None:
 
 async def _factory_context(request: web.Request, user: ConsoleUser, uid: str) -> dict[str, Any]:
     async with request.app[SESSIONS]() as session:
+        # held before factory_detail, whose own lookup then finds it in the session's (weak) identity map
+        factory = await session.get(Factory, uid)
         with or_404("No such factory."):
             detail = await factory_detail(session, user.team_id, uid, request.app[SETTINGS].base_url)
-        factory = await session.get(Factory, uid)  # loaded (and its team checked) by factory_detail
-        assert factory is not None
+        assert factory is not None  # its team checked by factory_detail
         definitions = await load_definitions(session, user.team_id, factory)
         for auto in detail["automations"]:
             auto["trigger_views"] = trigger_views(auto["triggers"])
-        applies = (
-            await session.scalars(
-                select(ApplyRecord)
-                .where(ApplyRecord.factory_uid == uid, ApplyRecord.team_id == user.team_id)
-                .order_by(ApplyRecord.started_at.desc(), ApplyRecord.id.desc())
-                .limit(APPLIES)
-            )
-        ).all()
+        applies = await recent_applies(session, user.team_id, uid)
+        hook_uids = [w["uid"] for w in detail["webhooks"]]
+        health = await factory_health(session, user.team_id, uid, hook_uids, request.app[CLOCK].now())
         envs = await session.scalars(
             select(Environment)
             .where(Environment.team_id == user.team_id, Environment.factory_uid == uid)
@@ -93,7 +88,8 @@ async def _factory_context(request: web.Request, user: ConsoleUser, uid: str) ->
             "nav": "factories",
             "f": detail,
             "defs": definitions,
-            "applies": [apply_json(a) for a in applies],
+            "applies": applies,
+            "health": health,
             "environments": [environment_json(e) for e in envs],
             "schedules": [schedule_item(s, views) for s in scheds],
             "endpoints": [endpoint_json(e) for e in endpoints],
