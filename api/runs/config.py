@@ -27,7 +27,7 @@ from typing import Any
 
 from api.http.bodies import field_error
 from api.runs import mcp
-from api.runs.skill_list import spec_problem, validate_skills, with_primary
+from api.runs.skill_list import is_spec, spec_problem, validate_skills, with_primary
 
 CONFIG_KEYS = (
     "name",
@@ -92,15 +92,36 @@ def resolve_config(
     resolved: dict[str, Any] = {}
     for keys, among in ((CONFIG_KEYS, layers), (DEFINITION_KEYS, defined)):
         for key in keys:
+            if key == "skills":
+                continue
             for layer in among:
                 value = layer.get(key)
                 if value is not None:
                     resolved[key] = _copy(value)
                     break
+    skills = _skills(request, defined)
+    if skills:
+        resolved["skills"] = skills
     harness = merged_harness(layers)
     if harness:
         resolved["harness"] = harness
     return with_auth_secret(with_primary(resolved))
+
+
+def _skills(request: Mapping[str, Any] | None, defined: list[Mapping[str, Any]]) -> list[str]:
+    """The run's ``skills``: the request's skill specs (the SDK's list), then the skill object names of the
+    first definition layer naming any. Neither displaces the other: a request never drops or replaces the
+    skills its agent was defined with."""
+    requested = request.get("skills") if request else None
+    specs = [s for s in requested if is_spec(s)] if isinstance(requested, list) else []
+    names: list[str] = []
+    for layer in defined:
+        value = layer.get("skills")
+        if value is not None:
+            if isinstance(value, list):
+                names = [n for n in value if isinstance(n, str) and not is_spec(n)]
+            break
+    return [*specs, *names]
 
 
 def with_auth_secret(config: dict[str, Any]) -> dict[str, Any]:
