@@ -101,7 +101,7 @@ def test_definition_keys_come_from_definitions_never_from_a_request() -> None:
     assert [e["field"] for e in validate_config(request)] == [
         "config.runner",
         "config.secrets",
-        "config.skills",
+        "config.skills[0]",  # a request's skills are skill specs (the SDK's list): a bare name is refused
     ]
     assert validate_config({"harness": {"type": "oz"}}) == []
     assert validate_config({"harness": {"type": "claude"}}) == []  # a preset: issue 26
