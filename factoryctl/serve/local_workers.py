@@ -32,6 +32,7 @@ from api.claims.errors import LeaseRefused
 from api.claims.protocol import Holder, WorkerProtocol, run_secrets
 from api.context import BOX, SESSIONS, SETTINGS
 from api.runs.claim_signal import ClaimSignal, claim_signal
+from factoryctl.addresses import egress_refusal
 from factoryctl.client.worker_resources import event_batches
 from factoryctl.worker import EnvironmentSetupFailed
 from factoryctl.worker.artifacts import Collected
@@ -229,7 +230,7 @@ def service_workers(
     """
     if n < 0:
         raise ValueError("the number of service workers must be 0 or more")
-    confine = sandbox if sandbox is not None else Sandbox()
+    confine = sandbox if sandbox is not None else Sandbox(address_refusal=egress_refusal)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         settings = app[SETTINGS]

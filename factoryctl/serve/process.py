@@ -22,6 +22,7 @@ from api.notifications.service import NOTIFICATION_SETTINGS, notification_sender
 from api.runs.log_retention import log_retention_job
 from api.schedules.scheduler import schedule_scheduler
 from api.scorers.job import scorer_job
+from factoryctl.addresses import egress_refusal
 from factoryctl.context import CliContext
 from factoryctl.serve import secondaries
 from factoryctl.serve.group import Supervisor
@@ -112,7 +113,12 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
             options.harness_command,
             options.workspace_dir,
             harness_env=scrubbed_environment(service_environment(options.env, options.agent_env)),
-            sandbox=Sandbox(options.bwrap, read_only=options.sandbox_ro, writable=options.sandbox_rw),
+            sandbox=Sandbox(
+                options.bwrap,
+                read_only=options.sandbox_ro,
+                writable=options.sandbox_rw,
+                address_refusal=egress_refusal,
+            ),
             guarded=options.guarded,
             agents=options.agents,
             limits=options.limits,
