@@ -5,7 +5,9 @@ temporary data directory) on a free port, signs in with its admin key in Chromiu
 browser at ``/usr/bin/chromium``), posts the sample deliveries the demo prints and waits for a run
 to succeed, follows the console's own links to find the pages that exist (a factory,
 its webhooks and automations, runs) and saves one PNG per page into ``--out`` (default ``docs/console``),
-plus the secrets and keys pages showing a value once.
+plus the secrets and keys pages showing a value once, a 404 page, and the factory, runs and run pages in
+the dark theme and at 390 px. ``tests/browser/test_console_layout.py`` walks the same pages
+(:func:`console_pages`) of the same demo (:func:`demo`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -88,6 +92,35 @@ def seed_runs(url: str, key: str, log: Path, timeout: float = 60.0) -> None:
     raise SystemExit(f"no run of the sample delivery succeeded within {timeout}s:\n{log.read_text()}")
 
 
+def console_pages(page: Page, url: str) -> list[tuple[str, str]]:
+    """(name, path) of the console's pages, found by following its links from a signed-in page: the
+    factories list, the first factory, every webhook and automation of it, the runs list, every run on it
+    (the first is named ``run``), secrets, keys and the sign-out page."""
+    page.goto(url + "/console/factories")
+    pages: list[tuple[str, str]] = [("factories", "/console/factories")]
+    factory = first_link(page, "table.grid a[href^='/console/factories/']")
+    if factory:
+        page.goto(url + factory)
+        pages.append(("factory", factory))
+        for kind in ("webhook", "automation"):
+            hrefs = page.eval_on_selector_all(
+                f"a[href*='/{kind}s/']", "links => [...new Set(links.map(a => a.getAttribute('href')))]"
+            )
+            pages += [(kind if i == 0 else f"{kind}-{i + 1}", h) for i, h in enumerate(hrefs)]
+    page.goto(url + "/console/runs")
+    pages.append(("runs", "/console/runs"))
+    runs = page.eval_on_selector_all(
+        "#runs-list a[href^='/console/runs/']",
+        "links => [...new Set(links.map(a => a.getAttribute('href')))]",
+    )
+    pages += [("run" if i == 0 else f"run-{i + 1}", h) for i, h in enumerate(runs)]
+    pages += [("secrets", "/console/secrets"), ("keys", "/console/keys"), ("logout", "/console/logout")]
+    return pages
+
+
+SHOTS = ("factories", "factory", "webhook", "automation", "runs", "run")
+
+
 def capture(url: str, key: str, out: Path) -> None:
     with sync_playwright() as p:
         browser = p.chromium.launch(
@@ -99,24 +132,13 @@ def capture(url: str, key: str, out: Path) -> None:
         page.fill("#api_key", key)
         page.click("button[type=submit]")
         page.wait_for_url("**/console/factories")
-        shoot(page, out, "factories")
-        pages: list[tuple[str, str]] = []
-        factory = first_link(page, "table.grid a[href^='/console/factories/']")
-        if factory:
-            page.goto(url + factory)
-            pages.append(("factory", factory))
-            webhook = first_link(page, "a[href*='/webhooks/']")
-            automation = first_link(page, "a[href*='/automations/']")
-            pages += [(n, h) for n, h in (("webhook", webhook), ("automation", automation)) if h]
-        pages.append(("runs", "/console/runs"))
-        for name, href in pages:
-            response = page.goto(url + href)
+        pages = dict(console_pages(page, url))
+        for name in SHOTS:
+            response = page.goto(url + pages[name]) if name in pages else None
             if response is not None and response.status == 200:
                 shoot(page, out, name)
-            if name == "runs":
-                run = first_link(page, "a[href^='/console/runs/']")
-                if run and page.goto(url + run) is not None:
-                    shoot(page, out, "run")
+        page.goto(url + "/console/factories/fa_nope")
+        shoot(page, out, "not-found")
         page.goto(url + "/console/secrets")
         shoot(page, out, "secrets")
         page.fill("#secret-name", "screenshot-demo")
@@ -130,7 +152,49 @@ def capture(url: str, key: str, out: Path) -> None:
         shoot(page, out, "keys-shown-once")
         page.goto(url + "/console/keys")
         shoot(page, out, "keys")
+        # the dark theme (prefers-color-scheme) and a 390 px phone, same session
+        for suffix, options in (
+            ("dark", {"color_scheme": "dark"}),
+            ("mobile", {"viewport": {"width": 390, "height": 844}}),
+        ):
+            context = browser.new_context(storage_state=page.context.storage_state(), **options)  # type: ignore[arg-type]
+            other = context.new_page()
+            for name in ("factory", "runs", "run"):
+                if name in pages and other.goto(url + pages[name]) is not None:
+                    shoot(other, out, f"{name}-{suffix}")
+            context.close()
         browser.close()
+
+
+@contextmanager
+def demo(example: Path, *, seed: bool = True) -> Iterator[tuple[str, str]]:
+    """The seeded demo server on a free port (its sample deliveries posted and a run succeeded when
+    ``seed``): yields its URL and admin key, and stops it afterwards."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="factoryctl-demo-") as tmp:
+        data, log = Path(tmp) / "data", Path(tmp) / "demo.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
+        with log.open("ab") as sink:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "factoryctl.demo", "--data-dir", str(data), "--port", str(port),
+                 str(example)],
+                stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                start_new_session=True,
+            )  # fmt: skip
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_healthy(url, proc, log)
+            key = (data / "admin.key").read_text().strip()
+            if seed:
+                seed_runs(url, key, log)
+            yield url, key
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,30 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(CHROMIUM).exists():
         raise SystemExit(f"Chromium is not installed at {CHROMIUM} (apt-get install -y chromium)")
     args.out.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    with tempfile.TemporaryDirectory(prefix="factoryctl-screenshots-") as tmp:
-        data, log = Path(tmp) / "data", Path(tmp) / "demo.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
-        with log.open("ab") as sink:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "factoryctl.demo", "--data-dir", str(data), "--port", str(port),
-                 str(args.example)],
-                stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                start_new_session=True,
-            )  # fmt: skip
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_healthy(url, proc, log)
-            key = (data / "admin.key").read_text().strip()
-            seed_runs(url, key, log)
-            capture(url, key, args.out)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with demo(args.example) as (url, key):
+        capture(url, key, args.out)
     return 0
 
 

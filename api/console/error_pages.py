@@ -78,7 +78,7 @@ async def error_page(
 
 
 async def _restyled(request: web.Request, response: web.Response) -> web.Response:
-    body = response.text or ""
+    body = response.text or "" if response.content_type == "text/plain" else ""
     page = await error_page(request, response.status, _text(response.status, body, request.path))
     for name in KEPT_HEADERS:
         if name in response.headers:
@@ -107,8 +107,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         log.exception("console: unhandled error (ref %s) on %s %s", ref, request.method, request.path)
         text = "The server failed to answer this page. The error is in its log under this reference."
         return await error_page(request, 500, text, reference=ref)
-    plain = isinstance(response, web.Response) and response.content_type == "text/plain"
-    if response.status >= 400 and plain and isinstance(response, web.Response):
+    # a page (the sign-in form's 401/429) or JSON (run-states) is left as it is; any other error body (a
+    # plain text, an empty one from a static file that does not exist) becomes the page
+    if (
+        isinstance(response, web.Response)
+        and response.status >= 400
+        and response.content_type != "text/html"
+        and not response.content_type.endswith("json")
+    ):
         return await _restyled(request, response)
     return response
 
