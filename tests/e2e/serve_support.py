@@ -50,8 +50,10 @@ def free_port() -> int:
 
 def clean_env(extra: Env | None = None, *, drop: tuple[str, ...] = ("FACTORY_",)) -> dict[str, str]:
     """This process's environment without the variables whose names start with one of ``drop``, then
-    ``extra`` (a ``None`` value removes that variable)."""
+    ``extra`` (a ``None`` value removes that variable). ``FACTORY_CONTEXT=none``: a CLI context that
+    ``make run`` left in the checkout never reaches a command under test (``extra`` may name one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env["FACTORY_CONTEXT"] = "none"
     for name, value in (extra or {}).items():
         if value is None:
             env.pop(name, None)

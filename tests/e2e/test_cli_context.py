@@ -24,6 +24,7 @@ from serve_support import _healthy, clean_env, free_port, run_cli, stop, wait_fo
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "example-factory"
 DEMO = (sys.executable, "-m", "factoryctl.demo")
+NEW_TERMINAL: dict[str, str | None] = {"FACTORY_CONTEXT": None}  # clean_env turns the lookup off; not here
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Demo:
         """``factoryctl ARGS`` in a new terminal: another directory below ``home``, no FACTORY_* set."""
         elsewhere = self.home / "work" / "deeper"
         elsewhere.mkdir(parents=True, exist_ok=True)
-        return run_cli(*args, cwd=elsewhere, env=env)
+        return run_cli(*args, cwd=elsewhere, env=NEW_TERMINAL | (env or {}))
 
     def ok(self, *args: str) -> str:
         done = self.cli(*args)
@@ -154,7 +155,7 @@ def test_without_a_context_read_only_commands_name_the_data_dir_and_create_nothi
     demo: Demo, tmp_path: Path
 ) -> None:
     for args in (("secrets", "list"), ("keys", "list"), ("plan", str(EXAMPLE))):
-        done = run_cli(*args, cwd=tmp_path)  # no context above tmp_path
+        done = run_cli(*args, cwd=tmp_path, env=NEW_TERMINAL)  # no context above tmp_path
         assert (done.returncode, done.stdout) == (1, ""), (args, done.stderr)
         assert done.stderr.startswith(
             f"error: no store in {tmp_path / '.factory'} (factory.db does not exist"
@@ -162,13 +163,14 @@ def test_without_a_context_read_only_commands_name_the_data_dir_and_create_nothi
         off = demo.cli("--context", "none", *args)
         assert off.returncode == 1 and "no store in" in off.stderr
     assert list(tmp_path.iterdir()) == []
-    keyless = run_cli("runs", "list", cwd=tmp_path)
+    keyless = run_cli("runs", "list", cwd=tmp_path, env=NEW_TERMINAL)
     assert keyless.returncode == 2 and keyless.stderr.startswith("error: no API key: set FACTORY_API_KEY")
 
 
 def test_a_named_context_file_is_used_and_a_broken_one_is_a_usage_error(demo: Demo, tmp_path: Path) -> None:
     context = demo.home / ".factory" / "demo" / "context.json"
-    assert "nightly-report" in run_cli("--context", str(context), "schedules", "list", cwd=tmp_path).stdout
+    named = run_cli("--context", str(context), "schedules", "list", cwd=tmp_path)  # the flag wins over none
+    assert "nightly-report" in named.stdout, named.stderr
     by_env = run_cli("schedules", "list", cwd=tmp_path, env={"FACTORY_CONTEXT": str(context.parent)})
     assert by_env.returncode == 0 and "nightly-report" in by_env.stdout
     broken = tmp_path / "broken.json"
