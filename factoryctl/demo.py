@@ -52,7 +52,7 @@ async def prepare(ctx: CliContext, example: Path) -> dict[str, str]:
     if problems or loaded.definition is None:
         for d in problems:
             print(d, file=sys.stderr)
-        raise SystemExit("example-factory does not validate")
+        raise SystemExit("error: example-factory does not validate")
     print(f"validated {example} ({loaded.files} files): OK")
     definition = loaded.definition
     box, clock = ctx.secret_box(), SystemClock()
@@ -68,7 +68,7 @@ async def prepare(ctx: CliContext, example: Path) -> dict[str, str]:
                     print(f"created team secret {name} (scope {scope})")
         applied = await reconcile(sessions, box, clock, team="default", root=example, revision=None)
         if not applied.ok:
-            raise SystemExit(f"applying the example failed: {applied.error or applied.diagnostics}")
+            raise SystemExit(f"error: applying the example failed: {applied.error or applied.diagnostics}")
         async with sessions() as s:
             rows = (await s.execute(Webhook.__table__.select().where(Webhook.deleted_at.is_(None)))).all()
             team = await ensure_team(s)
