@@ -7,7 +7,7 @@ import asyncio
 import sys
 from typing import Any
 
-from factoryctl.commands.worker import add_limit_flags
+from factoryctl.commands.worker import add_limit_flags, add_log_format_flag, start_logging
 from factoryctl.context import CliContext
 
 
@@ -103,6 +103,15 @@ def register(sub: Any) -> None:
         "--delivery-retention-count", type=int, default=None, help="delivery log entries kept (50)"
     )
     p.add_argument(
+        "--run-retention-days",
+        type=int,
+        default=None,
+        metavar="N",
+        help="finished runs kept this many days, with their events, logs and artifacts (30; 0 = for ever; "
+        "env FACTORY_RUN_RETENTION_DAYS)",
+    )
+    add_log_format_flag(p)
+    p.add_argument(
         "--skills-source", default=None, help="skills repository template, e.g. /srv/git/{owner}/{repo}"
     )
     p.add_argument(
@@ -129,6 +138,10 @@ def register(sub: Any) -> None:
 
 
 def _serve(ctx: CliContext, args: argparse.Namespace) -> int:
+    if not start_logging(ctx, args.log_format):
+        return 2
+    if args.log_format:  # secondaries get the primary's environment, not its flags
+        ctx.env["FACTORY_LOG_FORMAT"] = args.log_format
     if args.secondary is not None:  # its configuration comes from the primary, not from flags or env
         from factoryctl.serve.secondaries import run_secondary
 

@@ -50,6 +50,7 @@ def register(sub: Any) -> None:  # argparse subparsers
         "unconfined (warned at start and on every run's log)",
     )
     add_limit_flags(p)
+    add_log_format_flag(p)
     p.add_argument("--bwrap", default="bwrap", metavar="PATH", help="bubblewrap executable (bwrap)")
     p.add_argument("--sandbox-ro", action="append", default=[], metavar="DIR", help="read-only in sandboxes")
     p.add_argument("--sandbox-rw", action="append", default=[], metavar="DIR", help="writable in sandboxes")
@@ -74,6 +75,30 @@ def add_limit_flags(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="wall-clock time of a run's harness, besides its own timeout_seconds (default: none)",
     )
+
+
+def add_log_format_flag(p: argparse.ArgumentParser) -> None:
+    """``--log-format json|text`` (docs/operations.md, "Metrics and logs"); ``serve`` has it too."""
+    p.add_argument(
+        "--log-format",
+        choices=("json", "text"),
+        default=None,
+        help="log lines on stderr: one JSON object each (json, the default) or text; env FACTORY_LOG_FORMAT",
+    )
+
+
+def start_logging(ctx: CliContext, flag: str | None) -> bool:
+    """Configure log lines from ``--log-format``, else ``FACTORY_LOG_FORMAT``, else JSON; False (after a
+    readable error) when the variable names no format."""
+    from factoryctl import log_lines
+
+    chosen = flag or ctx.env.get("FACTORY_LOG_FORMAT") or "json"
+    try:
+        log_lines.configure(chosen)
+    except ValueError as exc:
+        print(f"error: FACTORY_LOG_FORMAT: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
@@ -118,7 +143,8 @@ def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if not start_logging(ctx, args.log_format):
+        return 2
     workspace_root = Path(args.workspace_root).resolve() if args.workspace_root else None
     read_only = [Path(p).resolve() for p in args.sandbox_ro]
     writable = [Path(p).resolve() for p in args.sandbox_rw]

@@ -12,6 +12,7 @@ from typing import Any
 from api.auth_failures import parse_networks
 from api.context import ServerSettings
 from api.notifications.policy import NotificationSettings
+from api.runs.retention import RetentionSettings
 from factoryctl.context import CliContext
 from factoryctl.serve.group import parse_processes
 from factoryctl.worker.limits import Limits, limits_from
@@ -62,6 +63,8 @@ class ServeOptions:
     db_connect_attempts: int = 8
     env: dict[str, str] = field(default_factory=dict)  # the CLI's environment (agents get it scrubbed)
     notifications: NotificationSettings = field(default_factory=NotificationSettings)
+    # What the maintenance job deletes, and when (docs/operations.md, "Retention").
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -120,6 +123,10 @@ class ServeOptions:
             raise ValueError("FACTORY_SKILLS_FAILURE_SECONDS must be 0 or more")
         if settings.run_log_retention_days < 0:
             raise ValueError("FACTORY_RUN_LOG_RETENTION_DAYS must be 0 (keep run logs) or more")
+        run_days = pick(getattr(args, "run_retention_days", None), "RUN_RETENTION_DAYS", 30, int)
+        if run_days < 0:
+            raise ValueError("--run-retention-days must be 0 (keep runs for ever) or more")
+        retention = RetentionSettings(run_days=run_days, run_log_days=settings.run_log_retention_days)
         workers = pick(args.workers, "WORKERS", 2, int)
         if workers < 0:
             raise ValueError("--workers must be 0 or more")
@@ -186,6 +193,7 @@ class ServeOptions:
             agent_env=tuple(args.agent_env or [n for n in env.get("FACTORY_AGENT_ENV", "").split(",") if n]),
             env=dict(env),
             db_connect_attempts=max(1, int(env.get("FACTORY_DB_CONNECT_ATTEMPTS") or 8)),
+            retention=retention,
             notifications=NotificationSettings(
                 timeout_seconds=timeout,
                 connect_timeout_seconds=min(timeout, 5.0),

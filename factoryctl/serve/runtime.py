@@ -7,14 +7,13 @@ import asyncio
 import errno
 import logging
 import signal
-import sys
 
 from aiohttp import web
 
 from api.context import ServerSettings
 from api.ops import JsonAccessLogger
-from api.redaction import install_log_redaction
-from factoryctl.serve.group import tag_log_lines
+from factoryctl import log_lines
+from factoryctl.log_lines import TextLineFormatter
 
 # After SIGTERM/SIGINT the listening socket closes at once and requests already being handled get at most
 # this long to finish (docs/operations.md, "Faults and recovery"). Ordinary requests take milliseconds;
@@ -24,13 +23,12 @@ DRAIN_SECONDS = 10.0
 
 
 def configure_logging(index: int | None) -> None:
-    """JSON lines on stderr; ``index`` (several processes) tags each line with the process that wrote it."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    logging.getLogger("watchfiles").setLevel(logging.WARNING)
-    if index is not None:
-        tag_log_lines(index)
-    install_log_redaction()  # no credential in any log line, aiohttp's parser errors included
+    """Log lines on stderr in the format ``serve --log-format`` chose (:func:`factoryctl.log_lines.configure`
+    ran at the CLI edge; JSON when nothing did); ``index`` (several processes) tags each line with the
+    process that wrote it."""
+    handlers = logging.getLogger().handlers
+    text = any(isinstance(h.formatter, TextLineFormatter) for h in handlers)
+    log_lines.configure("text" if text else "json", process=index)
 
 
 def make_runner(app: web.Application) -> web.AppRunner:

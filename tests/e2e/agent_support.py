@@ -15,6 +15,7 @@ attempts to end (the worker logs ``run ID: STATE`` at each), and reads its event
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -204,10 +205,13 @@ class Stack:
         """The run once its ``attempts``-th attempt ended (a follow-up's run is final again only then)."""
 
         def done() -> dict[str, Any] | None:
-            ended = sum(
-                1
+            messages = [
+                json.loads(line).get("msg", "")
                 for line in self.worker_log.read_text().splitlines()
-                if line.startswith(f"run {run_id}: ") and line.split(": ", 1)[1] in FINISHED
+                if line.startswith("{")  # the worker's log lines are JSON (docs/operations.md)
+            ]
+            ended = sum(
+                1 for m in messages if m.startswith(f"run {run_id}: ") and m.split(": ", 1)[1] in FINISHED
             )
             run = self.run(run_id)
             return run if ended >= attempts and run["state"] in FINISHED else None

@@ -169,8 +169,8 @@ def test_two_processes_share_the_port_and_run_background_jobs_once(tmp_path: Pat
         )
         ((run_id, _state, attempt),) = done
         assert attempt == 1
-        executed = [line for line in server.log.read_text().splitlines() if f"run {run_id}: " in line]
-        assert executed == [f"[process 0] run {run_id}: SUCCEEDED"], executed
+        executed = [(r["process"], r["msg"]) for r in _records(server.log) if f"run {run_id}: " in r["msg"]]
+        assert executed == [(0, f"run {run_id}: SUCCEEDED")], executed
 
         # A secondary killed with -9 is started again; the port keeps answering meanwhile and after.
         os.kill(first_secondary, signal.SIGKILL)
