@@ -10,7 +10,8 @@ matched automation started is found later through ``runs.webhook_uid``, ``delive
 
 Matching runs each trigger's compiled filter (:meth:`CompiledFilter.matches`); only a miss is explained
 (:meth:`CompiledFilter.explain`, whose single-check evaluators are built once per compiled filter), so
-the cost on the hot path is one explanation per automation that does not match.
+the cost on the hot path is one explanation per automation that does not match, for at most
+:data:`MAX_EXPLAINED` of them per delivery.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from api.ingress.lookup import FilterCache, Route, WebhookRow, routes_in
 
 # Test filter's own wording for a disabled automation (api.management.deliveries._webhook_check).
 DISABLED = "the automation is disabled: it starts no runs until it is enabled"
+# Misses explained per delivery: past this many, a miss is recorded without its reason, so a webhook with
+# thousands of automations costs a bounded amount per delivery (docs/ingress.md, "Decisions").
+MAX_EXPLAINED = 100
+NOT_EXPLAINED = f"did not match (reasons are recorded for the first {MAX_EXPLAINED} automations that do not)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,27 +56,39 @@ def decision(
 
 
 def decide(routes: Sequence[Route], payload: object, filters: FilterCache) -> Routed:
-    """Match ``payload`` against each route (an automation matches when any of its triggers does) and
-    record a decision for each; enabled automations in UID order, as the routing rows are read."""
+    """Match ``payload`` against one webhook's routing rows (an automation matches when any of its triggers
+    does) and record a decision per automation, in the rows' order (automation UIDs)."""
     matched: list[str] = []
     decisions: list[dict[str, Any]] = []
-    for route in routes:
-        uid = route.automation_uid
-        if not route.enabled:
-            decisions.append(decision(uid, route.automation_name, enabled=False, reason=DISABLED))
-            continue
-        if any(filters.compiled(uid, text).matches(payload) for _, text in route.triggers):
+    compiled = filters.compiled
+    explained = 0
+    i, count = 0, len(routes)
+    while i < count:
+        _, uid, text, index, name, enabled = routes[i]
+        end = i + 1
+        while end < count and routes[end][1] == uid:  # its other triggers on this webhook
+            end += 1
+        hit = False
+        if enabled:
+            for k in range(i, end):
+                if compiled(uid, routes[k][2]).matches(payload):
+                    hit = True
+                    break
+        if not enabled:
+            decisions.append(decision(uid, name, enabled=False, reason=DISABLED))
+        elif hit:
             matched.append(uid)
-            decisions.append(decision(uid, route.automation_name))
-            continue
-        index, text = route.triggers[0]  # Test filter reports the first trigger's failure, numbered
-        result = filters.explain(uid, text, payload)
-        prefix = f"trigger #{index + 1}: " if len(route.triggers) > 1 else ""
-        decisions.append(
-            decision(
-                uid, route.automation_name, reason=prefix + result.detail, failed_path=result.failed_path
+            decisions.append(decision(uid, name))
+        elif explained == MAX_EXPLAINED:
+            decisions.append(decision(uid, name, reason=NOT_EXPLAINED))
+        else:  # Test filter reports the first trigger's failure, numbered when there are several
+            explained += 1
+            result = filters.explain(uid, text, payload)
+            prefix = f"trigger #{index + 1}: " if end - i > 1 else ""
+            decisions.append(
+                decision(uid, name, reason=prefix + result.detail, failed_path=result.failed_path)
             )
-        )
+        i = end
     return Routed(matched, decisions)
 
 

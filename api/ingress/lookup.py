@@ -104,15 +104,10 @@ _ROUTES = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
-    """An automation with a webhook trigger on one webhook: its triggers there, in trigger order."""
-
-    automation_uid: str
-    automation_name: str
-    enabled: bool
-    # (trigger index, payload filter as JSON text) of each of its triggers that selects the webhook
-    triggers: tuple[tuple[int, str | None], ...]
+# One routing row: (webhook UID, automation UID, payload filter as JSON text, trigger index, automation
+# name, enabled). Rows come ordered by (webhook, automation, trigger), so an automation's triggers on a
+# webhook are consecutive; routing keeps them as read (no object per row: ingress reads them per batch).
+Route = tuple[str, str, str | None, int, str, bool]
 
 
 # The automations runs start for, with their factories, outer-joined to runs they already have for the
@@ -296,19 +291,10 @@ async def match_routes(
 
 
 def routes_in(conn: Connection, webhook_uids: Sequence[str]) -> dict[str, list[Route]]:
-    """The routes of each webhook, automations in UID order (one SELECT for all the webhooks)."""
-    rows: dict[tuple[str, str], list[Any]] = {}
-    for webhook_uid, automation_uid, text, index, name, enabled in conn.execute(
-        _ROUTES, {"uids": sorted(set(webhook_uids))}
-    ).all():
-        found = rows.get((webhook_uid, automation_uid))
-        if found is None:
-            rows[(webhook_uid, automation_uid)] = [name, bool(enabled), [(index, text)]]
-        else:
-            found[2].append((index, text))
+    """The routing rows of each webhook, in (automation, trigger) order; one SELECT for all of them."""
     routes: dict[str, list[Route]] = {}
-    for (webhook_uid, automation_uid), (name, enabled, triggers) in rows.items():
-        routes.setdefault(webhook_uid, []).append(Route(automation_uid, name, enabled, tuple(triggers)))
+    for row in conn.execute(_ROUTES, {"uids": sorted(set(webhook_uids))}).all():
+        routes.setdefault(row[0], []).append(row)  # a Row is that tuple
     return routes
 
 
@@ -317,15 +303,15 @@ def match_routes_in(
 ) -> list[list[str]]:
     """:func:`match_routes` on a synchronous connection."""
     routes = routes_in(conn, [webhook.uid for webhook, _ in deliveries])
-    return [
-        [
-            route.automation_uid
-            for route in routes.get(webhook.uid, ())
-            if route.enabled
-            and any(filters.compiled(route.automation_uid, t).matches(payload) for _, t in route.triggers)
-        ]
-        for webhook, payload in deliveries
-    ]
+    result: list[list[str]] = []
+    compiled = filters.compiled
+    for webhook, payload in deliveries:
+        matched: list[str] = []
+        for _, uid, text, _, _, enabled in routes.get(webhook.uid, ()):
+            if enabled and (not matched or matched[-1] != uid) and compiled(uid, text).matches(payload):
+                matched.append(uid)
+        result.append(matched)
+    return result
 
 
 async def matching_automations(
