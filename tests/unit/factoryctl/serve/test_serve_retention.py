@@ -1,0 +1,30 @@
+"""``serve --run-retention-days`` as the CLI edge reads it (docs/operations.md, "Retention"): the flag, then
+``FACTORY_RUN_RETENTION_DAYS``, then 30; run-log retention rides along; a negative value stops the start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from api.runs.retention import RetentionSettings
+from factoryctl.cli import build_parser
+from factoryctl.context import CliContext
+from factoryctl.serve.options import ServeOptions
+
+
+def options(argv: list[str], env: dict[str, str], tmp_path: Path) -> ServeOptions:
+    args = build_parser(["serve", *argv]).parse_args(["serve", "--workers", "0", *argv])
+    return ServeOptions.from_args(CliContext(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'f.db'}", env), args)
+
+
+def test_defaults_then_variables_then_flags(tmp_path: Path) -> None:
+    assert options([], {}, tmp_path).retention == RetentionSettings(run_days=30, run_log_days=30)
+    env = {"FACTORY_RUN_RETENTION_DAYS": "0", "FACTORY_RUN_LOG_RETENTION_DAYS": "7"}
+    assert options([], env, tmp_path).retention == RetentionSettings(run_days=0, run_log_days=7)
+    assert options(["--run-retention-days", "90"], env, tmp_path).retention.run_days == 90
+
+
+def test_a_negative_age_stops_the_start(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="--run-retention-days must be 0"):
+        options(["--run-retention-days", "-1"], {}, tmp_path)
