@@ -51,7 +51,8 @@ async def test_a_factory_prompt_schedule_fires_runs_of_its_factory(
     resp = await client.get(f"/api/v1/agent/runs?factory_uid={factory.uid}", headers=h(member_key))
     body = await resp.json()
     assert resp.status == 200, body
-    assert [(r["schedule"]["schedule_id"], r["factory_uid"]) for r in body["runs"]] == [(owned.uid, factory.uid)]
+    found = [(r["schedule"]["schedule_id"], r["factory_uid"]) for r in body["runs"]]
+    assert found == [(owned.uid, factory.uid)]
 
 
 async def test_run_now_of_a_factory_prompt_schedule_is_a_run_of_its_factory(
