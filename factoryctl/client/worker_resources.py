@@ -123,14 +123,25 @@ def claim_run(
 
 
 def heartbeat_run(
-    run_id: str, *, state: str | None = None, worker_id: str | None = None, lease_token: str | None = None
+    run_id: str,
+    *,
+    state: str | None = None,
+    worker_id: str | None = None,
+    lease_token: str | None = None,
+    sandbox: Mapping[str, str] | None = None,
 ) -> RequestSpec[Heartbeat]:
-    """Extend the lease; ``state="INPROGRESS"`` also starts a CLAIMED run (retried a few times)."""
+    """Extend the lease; ``state="INPROGRESS"`` also starts a CLAIMED run (retried a few times) and
+    ``sandbox`` (``{kind, network}``) says where it runs (docs/workers.md, "What the run shows")."""
     return RequestSpec(
         "POST",
         path(f"{V1}/workers/runs/{{}}/heartbeat", run_id),
         parse_model(Heartbeat),
-        json=json_body(state=state, worker_id=worker_id, lease_token=lease_token),
+        json=json_body(
+            state=state,
+            worker_id=worker_id,
+            lease_token=lease_token,
+            sandbox=dict(sandbox) if sandbox is not None else None,
+        ),
         idempotent=True,
         retries=START_RETRIES if state is not None else HEARTBEAT_RETRIES,
     )

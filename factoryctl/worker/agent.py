@@ -49,7 +49,6 @@ from factoryctl.client.worker_resources import (
     RETRY_FOREVER,
     conflict_run_state,
     event_batches,
-    heartbeat_run,
     log_batches,
 )
 from factoryctl.worker.artifacts import Collected
@@ -299,15 +298,16 @@ class HttpChannel:
         self.lease_token = lease_token  # the claim's: presented on every call (docs/workers.md, "Leases")
 
     async def heartbeat(self, *, start: bool, sandbox: Mapping[str, str] | None = None) -> HeartbeatReply:
-        spec = heartbeat_run(
+        beat = await self.worker.call_for_run(
             self.run_id,
-            state="INPROGRESS" if start else None,
-            worker_id=self.worker.worker_id,
-            lease_token=self.lease_token,
+            self.worker.api.workers.heartbeat(
+                self.run_id,
+                state="INPROGRESS" if start else None,
+                worker_id=self.worker.worker_id,
+                lease_token=self.lease_token,
+                sandbox=sandbox,
+            ),
         )
-        if sandbox is not None:  # the client's heartbeat has no ``sandbox`` member yet: add it to its body
-            spec = dataclasses.replace(spec, json={**spec.json, "sandbox": dict(sandbox)})
-        beat = await self.worker.call_for_run(self.run_id, self.worker.api._executor.call(spec))
         return HeartbeatReply(
             cancel_requested=beat.cancel_requested,
             followups=[f.raw for f in beat.followups],
