@@ -197,7 +197,7 @@ class ServeProcess:
         args += ["--database", self.database] if self.database else []
         args += ["serve", "--port", str(self.port), "--workers", "0", "--delivery-rate-limit", "1000000"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
-        env.update(FACTORY_SECRET_KEY=self.secret_key, FACTORY_DB_CONNECT_ATTEMPTS="3")
+        env.update(FACTORY_SECRET_KEY=self.secret_key, FACTORY_DB_CONNECT_ATTEMPTS="3", FACTORY_CONTEXT="none")
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 args,

@@ -298,6 +298,7 @@ class _Worker:
     def __init__(self, url: str, key: str, tmp_path: Path, *harness: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
         env["FACTORY_API_KEY"] = key
+        env["FACTORY_CONTEXT"] = "none"  # never a CLI context `make run` left in the checkout
         self.log = tmp_path / "worker.log"
         args = [*CLI, "worker", "--server", url, "--host-id", HOST, "--workspace-root", str(tmp_path / "ws")]
         with self.log.open("ab") as out:

@@ -78,7 +78,10 @@ def _free_port() -> int:
 
 def _clean_env() -> dict[str, str]:
     """This process's environment without ``FACTORY_*`` settings, which would leak into the server."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")} | {"NO_COLOR": "1"}
+    return {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")} | {
+        "NO_COLOR": "1",
+        "FACTORY_CONTEXT": "none",  # never a CLI context `make run` left in the checkout
+    }
 
 
 def _cli(data_dir: Path, database: str, *args: str, stdin: str | None = None) -> None:

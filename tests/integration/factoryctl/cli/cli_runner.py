@@ -12,6 +12,7 @@ from live_servers import LiveServer
 
 def cli_env(live: LiveServer, key: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
+    env["FACTORY_CONTEXT"] = "none"  # never a CLI context `make run` left in the checkout
     return env | {
         "FACTORY_API_KEY": key or live.admin_key,
         "NO_COLOR": "1",

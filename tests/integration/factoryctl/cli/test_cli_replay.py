@@ -92,7 +92,7 @@ def test_replay_that_matches_nothing_and_refusals(live: LiveServer, hook: tuple[
         capture_output=True,
         text=True,
         env={k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
-        | {"FACTORY_API_KEY": "fk_x"},
+        | {"FACTORY_API_KEY": "fk_x", "FACTORY_CONTEXT": "none"},
         stdin=subprocess.DEVNULL,
         timeout=60,
     )
