@@ -197,7 +197,8 @@ class ServeProcess:
         args += ["--database", self.database] if self.database else []
         args += ["serve", "--port", str(self.port), "--workers", "0", "--delivery-rate-limit", "1000000"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_")}
-        env.update(FACTORY_SECRET_KEY=self.secret_key, FACTORY_DB_CONNECT_ATTEMPTS="3", FACTORY_CONTEXT="none")
+        env.update(FACTORY_SECRET_KEY=self.secret_key, FACTORY_DB_CONNECT_ATTEMPTS="3")
+        env["FACTORY_CONTEXT"] = "none"  # never a CLI context `make run` left in the checkout
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 args,
