@@ -71,6 +71,7 @@ def reconciler_lifecycle(
     drop the manager claim. ``self_heal`` False only reports drift (``serve --no-self-heal``)."""
     interval = sync_interval or float(getattr(source, "poll_interval", DEFAULT_SYNC_INTERVAL))
     manager = manager_of(source, label, interval)
+    label = manager.location  # what is stored and answered: a git URL's credentials hidden
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         stop = asyncio.Event()

@@ -17,7 +17,8 @@ from test_apply import add_secret, hook, write_tree
 
 from api.app import ROUTE_MODULES, create_app
 from api.context import ServerSettings
-from factoryctl.serve.reconcile import reconciler_lifecycle
+from factoryctl.serve.reconcile import manager_of, reconciler_lifecycle
+from reconciler.sources.git import GitSource
 from reconciler.sources.local import DirectorySource
 from store.clock import SystemClock
 from store.crypto import SecretBox
@@ -108,3 +109,29 @@ async def _later(
 ) -> dict[str, Any] | None:
     found = await status("OutOfSync")
     return found if found and found["sync"]["checked_at"] > after else None
+
+
+async def test_a_git_sources_credentials_are_never_answered_or_stored(
+    tmp_path: Path,
+    aiohttp_client: Any,
+    engine: AsyncEngine,
+    box: SecretBox,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The reconcile answer's ``source`` and the manager's location hide an https URL's credentials."""
+    clock = SystemClock()
+    async with sessions() as s, s.begin():
+        team = await builders.team(s)
+        key = await builders.api_key(s, clock, team.id, "admin")
+        f = await builders.factory(s, clock, team.id, "defs", managed_by="definitions", applied_revision="r1")
+    url = "https://robot:s3cret-token@127.0.0.1:9/acme/defs.git"  # nothing listens: fetches fail
+    source = GitSource(url, "main", tmp_path / "data", poll_interval=0.1)
+    lifecycle = reconciler_lifecycle(source, f"{url}@main", "default")
+    settings = ServerSettings(data_dir=tmp_path / "data")
+    app = create_app(settings, engine, box, lifecycles=[lifecycle], route_modules=ROUTE_MODULES)
+    client = await aiohttp_client(app)
+    resp = await client.post(f"/api/v1/factory/{f.uid}/reconcile", headers={"Authorization": f"Bearer {key}"})
+    body = await resp.json()
+    assert resp.status == 202 and body["source"] == "https://***@127.0.0.1:9/acme/defs.git@main"
+    assert manager_of(source, f"{url}@main", 1.0).location == body["source"]
+    await client.close()
