@@ -19,6 +19,8 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+from store.write_gate import INFO_KEY, WriteGate
+
 MIGRATIONS = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK = 0x666163746F7279  # "factory"
 # After a checkpoint that resets the WAL, SQLite truncates the file to at most this many bytes: without it
@@ -82,7 +84,11 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    return async_sessionmaker(engine, expire_on_commit=False)
+    """Sessions on ``engine``; on SQLite the factory carries the process's write gate
+    (:mod:`store.write_gate`), so the writers holding this factory take turns instead of meeting in
+    SQLite's busy handler."""
+    info = {INFO_KEY: WriteGate()} if is_sqlite(engine) else {}
+    return async_sessionmaker(engine, expire_on_commit=False, info=info)
 
 
 def _alembic_config(connection: Connection) -> Config:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ from store import secrets as secret_store
 from store.clock import Clock
 from store.crypto import SecretBox
 from store.models import Run
+from store.write_gate import write_gate, writing
 
 __all__ = ["HeartbeatAnswer", "Holder", "WorkerProtocol", "run_secrets", "skill_resolver"]
 
@@ -87,6 +89,12 @@ class WorkerProtocol:
         self.sessions, self.clock, self.box = sessions, clock, box
         self.lease_seconds, self.log_limits = lease_seconds, log_limits
         self.skills, self.committed = skills, committed
+        self.gate = write_gate(sessions)
+
+    def _writing(self) -> AbstractAsyncContextManager[None]:
+        """A worker call's write transaction goes before the next ingress batch on SQLite
+        (:mod:`store.write_gate`; docs/operations.md, "Fair sharing")."""
+        return writing(self.gate, urgent=True)
 
     @classmethod
     def of(cls, app: web.Application, *, lease_seconds: float | None = None) -> WorkerProtocol:
@@ -124,7 +132,7 @@ class WorkerProtocol:
                     return None
         lease = self.lease_seconds
         while True:  # a run whose skill fails at claim time ends FAILED; then take the next one
-            async with self.sessions() as session, session.begin():
+            async with self._writing(), self.sessions() as session, session.begin():
                 run = await queue.claim_next(
                     session,
                     self.clock,
@@ -148,7 +156,7 @@ class WorkerProtocol:
         """Extend the lease; ``start`` also moves a CLAIMED run to INPROGRESS and ``sandbox`` is recorded
         on the run (:func:`queue.heartbeat`)."""
         try:
-            async with self.sessions() as session, session.begin():
+            async with self._writing(), self.sessions() as session, session.begin():
                 beat = await queue.heartbeat(
                     session,
                     self.clock,
@@ -172,7 +180,7 @@ class WorkerProtocol:
     ) -> Run:
         """A worker's state report, through the state machine (:func:`queue.report_state`)."""
         try:
-            async with self.sessions() as session, session.begin():
+            async with self._writing(), self.sessions() as session, session.begin():
                 run = await queue.report_state(
                     session,
                     self.clock,
@@ -191,7 +199,7 @@ class WorkerProtocol:
 
     async def append_logs(self, run_id: str, holder: Holder, lines: Sequence[tuple[str, str]]) -> int:
         """Append output lines within the run's log caps (:mod:`api.claims.run_logs`); how many stored."""
-        async with self.sessions() as session, session.begin():
+        async with self._writing(), self.sessions() as session, session.begin():
             count = await run_logs.append_logs(
                 session,
                 self.clock,
@@ -214,7 +222,7 @@ class WorkerProtocol:
             parsed: list[transcript.TranscriptEvent] = list(batch)
         else:
             parsed = transcript.parse_events(list(batch))
-        async with self.sessions() as session, session.begin():
+        async with self._writing(), self.sessions() as session, session.begin():
             count = await transcript.append_events(
                 session,
                 self.clock,
@@ -231,7 +239,7 @@ class WorkerProtocol:
         """Keep the agent CLI's session files of this attempt (a ``tar.gz``), encrypted, for a follow-up
         (:mod:`api.claims.session_state`); its size. Over the cap:
         :class:`~api.claims.session_state.SessionStateTooLarge`."""
-        async with self.sessions() as session, session.begin():
+        async with self._writing(), self.sessions() as session, session.begin():
             return await session_state.save_state(
                 session,
                 self.clock,

@@ -38,6 +38,7 @@ from store.bulk import insert_returning, insert_rows
 from store.clock import Clock
 from store.models import Delivery
 from store.rules.vocabulary import RunSource
+from store.write_gate import write_gate, writing
 
 ACCEPTED = "Accepted"
 DUPLICATE = "Duplicate"
@@ -322,6 +323,9 @@ class Writer:
         self._lock = asyncio.Lock()
         self._queue: asyncio.Queue[tuple[Pending, asyncio.Future[Committed]] | None] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
+        # On SQLite, a worker's call waiting for the write lock goes before the next batch
+        # (store/write_gate.py; docs/operations.md, "Fair sharing").
+        self._gate = write_gate(sessions)
 
     async def accept(self, pending: Pending) -> Committed:
         future: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
@@ -344,14 +348,15 @@ class Writer:
     ) -> None:
         if self._direct is not None:
             statement = _record_statement(self._clock, webhook, delivery_id, status, size, detail)
-            await self._direct.write(lambda conn: conn.execute(statement))
+            async with writing(self._gate):
+                await self._direct.write(lambda conn: conn.execute(statement))
             return
         entry: dict[str, Any] = {"delivery_id": delivery_id, "status": status, "size": size, "detail": detail}
         if not self._serial:
             async with self._sessions() as session:
                 await record(session, self._clock, webhook, **entry)
             return
-        async with self._lock, self._sessions() as session:
+        async with self._lock, writing(self._gate), self._sessions() as session:
             await record(session, self._clock, webhook, **entry)
 
     async def close(self) -> None:
@@ -375,9 +380,10 @@ class Writer:
     async def _accept(self, batch: list[Pending]) -> list[Committed]:
         if self._direct is not None:
             clock, filters = self._clock, self._filters
-            return await self._direct.write(lambda conn: accept_in(conn, clock, batch, filters))
+            async with writing(self._gate):
+                return await self._direct.write(lambda conn: accept_in(conn, clock, batch, filters))
         if self._serial:
-            async with self._lock, self._sessions() as session:
+            async with self._lock, writing(self._gate), self._sessions() as session:
                 return await accept(session, self._clock, batch, self._filters)
         async with self._sessions() as session:
             return await accept(session, self._clock, batch, self._filters)
