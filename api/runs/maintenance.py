@@ -37,7 +37,8 @@ LEASE_SECONDS = 900.0  # longer than a pass; a dead holder's lease lapses after 
 MAX_BATCHES = 200  # per table per pass
 PAUSE_SECONDS = 0.02  # between batches: the writer lock goes back to ingress
 TRUNCATE_ABOVE = 4 * 1024 * 1024  # a WAL bigger than this is emptied, not just checkpointed
-FREE_PAGES_PER_PASS = 20_000  # 80 MB of 4 KiB pages: incremental vacuum is a write, kept short
+FREE_PAGES_PER_PASS = 50_000  # 200 MB of 4 KiB pages per pass; the rest goes on the next one
+FREE_PAGES_PER_STEP = 1_000  # one incremental vacuum is one write transaction: 4 MB keeps it short
 
 
 @dataclass
@@ -100,7 +101,11 @@ async def compact(engine: AsyncEngine, *, pruned: bool) -> None:
     if not is_sqlite(engine):
         return
     if pruned:
-        await release_free_pages(engine, FREE_PAGES_PER_PASS)
+        for _ in range(FREE_PAGES_PER_PASS // FREE_PAGES_PER_STEP):
+            free = await release_free_pages(engine, FREE_PAGES_PER_STEP)
+            if not free or free <= FREE_PAGES_PER_STEP:
+                break
+            await asyncio.sleep(PAUSE_SECONDS)
     oversized = (wal_bytes(engine) or 0) > TRUNCATE_ABOVE
     result = await wal_checkpoint(engine, "TRUNCATE" if pruned or oversized else "PASSIVE")
     if result is not None and result.busy:

@@ -19,12 +19,15 @@ from dataclasses import dataclass
 from sqlalchemy import delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.runs.log_retention import BATCH_RUNS, prune_log_batch
+from api.runs.log_retention import prune_log_batch
 from store.models import ConsoleSession, NotificationEndpoint, NotificationMessage, Run, ScheduleFire, Team
 from store.rules.vocabulary import RunState
 
 Prune = Callable[[AsyncSession, dt.datetime, int], Awaitable[int]]
 
+# A run takes its events and log lines with it (about 200 rows for a typical run): 10 runs is a transaction
+# of ~100 ms on a busy 2-core machine, short enough for ingress to wait (docs/benchmarks.md, "Retention").
+RUNS_PER_BATCH = 10
 # Runs in these states never change again; BLOCKED can still be followed up, so it is kept.
 FINISHED_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.ERROR, RunState.CANCELLED)
 
@@ -154,11 +157,10 @@ async def prune_schedule_fires(session: AsyncSession, cutoff: dt.datetime, batch
 
 
 def policies(settings: RetentionSettings) -> tuple[TablePolicy, ...]:
-    """The per-table policies, in the order a pass applies them. Run batches are small: each run takes its
-    events and log lines with it (hundreds of rows per run is usual)."""
+    """The per-table policies, in the order a pass applies them."""
     return (
-        TablePolicy("runs", _days(settings.run_days), 50, prune_runs),
-        TablePolicy("run_logs", _days(settings.run_log_days), BATCH_RUNS, prune_log_batch),
+        TablePolicy("runs", _days(settings.run_days), RUNS_PER_BATCH, prune_runs),
+        TablePolicy("run_logs", _days(settings.run_log_days), RUNS_PER_BATCH, prune_log_batch),
         TablePolicy(
             "notification_messages", _days(settings.notification_days), 500, prune_notification_messages
         ),
