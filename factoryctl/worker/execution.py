@@ -291,7 +291,7 @@ async def execute(
         )
         if isinstance(harness, CommandHarness | PresetHarness | EchoHarness):
             harness.sandbox = sandbox  # decided once the harness type is known
-        if isinstance(harness, CommandHarness | EchoHarness):
+        if isinstance(harness, CommandHarness | EchoHarness | PresetHarness):
             harness.rlimits = await asyncio.to_thread(rlimits, limits, os.geteuid())
     except (SandboxUnavailable, RunnerUnavailable, HarnessUnavailable) as exc:
         refused = Outcome.failed(str(exc), exc.error_code)

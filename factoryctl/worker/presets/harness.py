@@ -111,6 +111,7 @@ class PresetHarness:
         self.timeout_seconds = timeout_seconds
         self.grace_seconds = grace_seconds
         self.read_only = tuple(read_only)
+        self.rlimits: Sequence[tuple[int, int]] = ()  # set on its process (factoryctl.worker.watchdog)
 
     def __repr__(self) -> str:
         return f"PresetHarness({self.preset.name!r}, {self.executable!r})"
@@ -198,6 +199,7 @@ class PresetHarness:
                 tail=tail,
                 home=home,
                 read_only=self.read_only,
+                rlimits=self.rlimits,
                 line_limit=LINE_LIMIT,
             )
         except OSError as exc:
