@@ -58,6 +58,7 @@ async def check(
     factory_name: str | None,
     manager: Manager | None = None,
     cache: LoadCache | None = None,
+    allow_empty: bool = False,
 ) -> Checked | None:
     """Compare ``snapshot`` with the store and record it; None when there is no factory to record it on."""
     planned = await reconcile(
@@ -67,6 +68,7 @@ async def check(
         team=team,
         root=snapshot.root,
         revision=snapshot.revision,
+        allow_empty=allow_empty,
         dry_run=True,
         source=source,
         cache=cache,

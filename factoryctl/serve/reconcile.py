@@ -92,10 +92,13 @@ def reconciler_lifecycle(
                 last["snapshot"] = snapshot  # what the sync check compares the store with
             drift = healing.pop("drift", None)
             if result.ok and result.factory_name and drift is not None:
-                await record_heal(
-                    app[SESSIONS], app[CLOCK], team=team, factory_name=result.factory_name, drift=drift
-                )
                 log.info(json.dumps({"msg": "self-healed", "factory": result.factory_name, "drift": drift}))
+                try:
+                    await record_heal(
+                        app[SESSIONS], app[CLOCK], team=team, factory_name=result.factory_name, drift=drift
+                    )
+                except Exception as exc:  # a note only: the apply itself succeeded and must not be retried
+                    log.error(json.dumps({"msg": "cannot record the self-heal", "error": repr(exc)[:500]}))
             return result
 
         async def apply_unlocked(snapshot: Snapshot) -> ReconcileOutcome:
@@ -139,6 +142,7 @@ def reconciler_lifecycle(
                     factory_name=known.get("name"),
                     manager=manager,
                     cache=cache,
+                    allow_empty=allow_empty,
                 )
             if checked is None or not checked.out_of_sync:
                 return

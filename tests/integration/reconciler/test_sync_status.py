@@ -160,3 +160,18 @@ async def test_a_lapsed_claim_does_not_block(sessions, box, tmp_path: Path) -> N
     assert (await run(sessions, box, clock, other)).reason == "ManagedElsewhere"
     clock.advance(2)
     assert (await run(sessions, box, clock, other)).outcome == "succeeded"
+
+
+async def test_an_empty_tree_applied_with_allow_empty_is_compared_the_same_way(
+    sessions, box, clock, tmp_path
+) -> None:
+    root = write_tree(tmp_path / "f")
+    assert (await run(sessions, box, clock, root, allow_empty=True)).outcome == "succeeded"
+    snapshot = Snapshot(root, None)
+    kw = {"team": "default", "snapshot": snapshot, "source": "x", "factory_name": None}
+    allowed = await check(sessions, box, clock, allow_empty=True, **kw)
+    assert allowed is not None and allowed.record["status"] == "Synced"
+    refused = await check(sessions, box, clock, **kw)
+    assert (
+        refused is not None and refused.record["status"] == "Unknown" and "FC050" in refused.record["message"]
+    )
