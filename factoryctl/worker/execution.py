@@ -287,7 +287,7 @@ async def execute(
         )
         # Every harness runs a process, so every run gets the sandbox (docs/workers.md, "Sandbox").
         sandbox = await sandbox_for(
-            job, command_harness=True, sandbox=settings.sandbox, required=settings.sandbox_required
+            job, harness=True, sandbox=settings.sandbox, required=settings.sandbox_required
         )
         if isinstance(harness, CommandHarness | PresetHarness | EchoHarness):
             harness.sandbox = sandbox  # decided once the harness type is known

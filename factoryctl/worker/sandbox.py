@@ -255,8 +255,9 @@ def service_environment(env: Mapping[str, str], passed: Iterable[str] = ()) -> d
     return {k: v for k, v in env.items() if k in names or k.startswith("LC_")}
 
 
-def run_controlled(job: Job, *, command_harness: bool) -> list[str]:
-    """What of ``job`` would start a run-controlled process (empty: nothing, no sandbox needed)."""
+def run_controlled(job: Job, *, harness: bool) -> list[str]:
+    """What of ``job`` would start a run-controlled process (empty: nothing, no sandbox needed);
+    ``harness``: its harness runs as a process (every harness does: docs/workers.md, "Sandbox")."""
     found = []
     if job.environment and job.environment.get("setup"):
         found.append("environment setup commands")
@@ -264,8 +265,8 @@ def run_controlled(job: Job, *, command_harness: bool) -> list[str]:
         found.append("runner setup commands")
     if any("command" in server for server in job.mcp_servers.values()):
         found.append("stdio MCP servers")
-    if command_harness:
-        found.append("the command harness")
+    if harness:
+        found.append("the run's harness")
     return found
 
 
@@ -313,15 +314,15 @@ def check_layout(
 
 
 async def sandbox_for(
-    job: Job, *, command_harness: bool, sandbox: Sandbox | None, required: bool
+    job: Job, *, harness: bool, sandbox: Sandbox | None, required: bool
 ) -> Sandbox | None:
     """The sandbox ``job``'s run-controlled processes start in, None for the worker's host.
 
     ``required`` (service-hosted workers): a job that would start such a process with no working
     sandbox raises :class:`SandboxUnavailable`. Otherwise a missing or broken sandbox means the host.
-    A job that starts no such process (the echo harness, no setup commands) needs none.
+    ``harness``: the job's harness runs as a process (the worker passes True: every harness does).
     """
-    needs = run_controlled(job, command_harness=command_harness)
+    needs = run_controlled(job, harness=harness)
     if not needs:
         return None
     problem = "no sandbox is configured" if sandbox is None else await asyncio.to_thread(sandbox.problem)

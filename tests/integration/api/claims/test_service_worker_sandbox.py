@@ -39,8 +39,8 @@ async def test_without_a_sandbox_every_run_fails_clearly_and_nothing_runs_on_the
     wake_claimers(app)
     for run_id, needs in (
         (setup, "environment setup commands"),
-        (command, "the command harness"),
-        (echo, ""),
+        (command, "the run's harness"),
+        (echo, "the run's harness"),  # every harness runs in the sandbox
     ):
         run = await wait_state(run_id, FINISHED)
         assert run.state == "FAILED", run.status_message

@@ -195,21 +195,21 @@ async def test_which_runs_need_a_sandbox_and_the_refusal(tmp_path: Path) -> None
     repos_only = Job(run_id="r", prompt="p", environment={"repos": [{"url": "x"}], "setup": []})
     setup = Job(run_id="r", prompt="p", environment={"setup": ["make"]})
     mcp = Job(run_id="r", prompt="p", mcp_servers={"s": {"command": "srv"}, "u": {"url": "https://x"}})
-    assert run_controlled(plain, command_harness=False) == []
-    assert run_controlled(repos_only, command_harness=False) == []
-    assert run_controlled(setup, command_harness=False) == ["environment setup commands"]
-    assert run_controlled(mcp, command_harness=True) == ["stdio MCP servers", "the command harness"]
+    assert run_controlled(plain, harness=False) == []
+    assert run_controlled(repos_only, harness=False) == []
+    assert run_controlled(setup, harness=False) == ["environment setup commands"]
+    assert run_controlled(mcp, harness=True) == ["stdio MCP servers", "the run's harness"]
 
     missing = Sandbox(str(tmp_path / "no-such-bwrap"))
-    assert await sandbox_for(plain, command_harness=False, sandbox=missing, required=True) is None
+    assert await sandbox_for(plain, harness=False, sandbox=missing, required=True) is None
     with pytest.raises(SandboxUnavailable) as refused:
-        await sandbox_for(setup, command_harness=False, sandbox=missing, required=True)
+        await sandbox_for(setup, harness=False, sandbox=missing, required=True)
     assert refused.value.error_code == ERROR_CODE == "sandbox_unavailable"
     assert "environment setup commands" in str(refused.value) and "bubblewrap" in str(refused.value)
     # self-hosted --sandbox auto: no working sandbox means the host
-    assert await sandbox_for(setup, command_harness=False, sandbox=missing, required=False) is None
+    assert await sandbox_for(setup, harness=False, sandbox=missing, required=False) is None
     works = Sandbox()
-    assert await sandbox_for(setup, command_harness=False, sandbox=works, required=True) is works
+    assert await sandbox_for(setup, harness=False, sandbox=works, required=True) is works
 
 
 def test_layouts_that_put_the_data_directory_within_reach_are_refused(tmp_path: Path) -> None:
