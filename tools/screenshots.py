@@ -153,11 +153,11 @@ def capture(url: str, key: str, out: Path) -> None:
         page.goto(url + "/console/keys")
         shoot(page, out, "keys")
         # the dark theme (prefers-color-scheme) and a 390 px phone, same session
-        for suffix, options in (
-            ("dark", {"color_scheme": "dark"}),
-            ("mobile", {"viewport": {"width": 390, "height": 844}}),
+        state = page.context.storage_state()
+        for suffix, context in (
+            ("dark", browser.new_context(storage_state=state, color_scheme="dark")),
+            ("mobile", browser.new_context(storage_state=state, viewport={"width": 390, "height": 844})),
         ):
-            context = browser.new_context(storage_state=page.context.storage_state(), **options)  # type: ignore[arg-type]
             other = context.new_page()
             for name in ("factory", "runs", "run"):
                 if name in pages and other.goto(url + pages[name]) is not None:

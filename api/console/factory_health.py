@@ -76,7 +76,7 @@ class FactoryHealth:
     delivery_window: int = DELIVERY_WINDOW
 
 
-def _webhook_term(team_id: str, webhook_uid: str, since: dt.datetime) -> Select[Any]:
+def _webhook_term(team_id: str, webhook_uid: str, since: dt.datetime) -> Select[*tuple[Any, ...]]:
     """One webhook's row: its newest :data:`DELIVERY_WINDOW` deliveries counted."""
     newest = (
         select(Delivery.status, Delivery.received_at)
@@ -100,7 +100,7 @@ def _webhook_term(team_id: str, webhook_uid: str, since: dt.datetime) -> Select[
     )
 
 
-def _runs_term(team_id: str, factory_uid: str) -> Select[Any]:
+def _runs_term(team_id: str, factory_uid: str) -> Select[*tuple[Any, ...]]:
     """The factory's newest :data:`RUN_WINDOW` runs, one row each, in the webhooks' columns."""
     newest = (
         select(Run.run_id, Run.state, Run.created_at, Run.automation_id, Run.schedule_id)

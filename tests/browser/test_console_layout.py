@@ -12,10 +12,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, StorageState, expect
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -23,12 +23,13 @@ sys.path.insert(0, str(ROOT / "tools"))
 from screenshots import console_pages, demo  # noqa: E402 - tools/ is not a package
 
 pytestmark = pytest.mark.slow
+Site = tuple[str, StorageState, list[tuple[str, str]]]  # the demo's URL, a signed-in state, its pages
 OVERFLOW = "() => document.documentElement.scrollWidth - window.innerWidth"
 PAGES = {"factories", "factory", "webhook", "automation", "runs", "run", "secrets", "keys", "logout"}
 
 
 @pytest.fixture(scope="module")
-def site(chromium: Browser) -> Iterator[tuple[str, dict[str, Any], list[tuple[str, str]]]]:
+def site(chromium: Browser) -> Iterator[Site]:
     """The demo's URL, a signed-in browser state and the console's pages."""
     with demo(ROOT / "example-factory") as (url, key):
         context = chromium.new_context()
@@ -40,7 +41,7 @@ def site(chromium: Browser) -> Iterator[tuple[str, dict[str, Any], list[tuple[st
         pages = console_pages(page, url)
         state = context.storage_state()
         context.close()
-        yield url, dict(state), pages
+        yield url, state, pages
 
 
 def overflow(page: Page) -> int:
@@ -50,15 +51,15 @@ def overflow(page: Page) -> int:
 @pytest.mark.parametrize("width", [390, 1280])
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_no_page_overflows_sideways(
-    chromium: Browser, site: tuple[str, dict[str, Any], list[tuple[str, str]]], width: int, scheme: str
+    chromium: Browser, site: Site, width: int, scheme: Literal["light", "dark"]
 ) -> None:
     url, state, pages = site
     assert PAGES <= {name for name, _ in pages}, pages
     errors = [("not-found", "/console/factories/fa_nope"), ("no-page", "/console/nope")]
     context = chromium.new_context(
         viewport={"width": width, "height": 900},
-        color_scheme=scheme,  # type: ignore[arg-type]
-        storage_state=state,  # type: ignore[arg-type]
+        color_scheme=scheme,
+        storage_state=state,
     )
     try:
         page = context.new_page()
@@ -74,7 +75,7 @@ def test_no_page_overflows_sideways(
         assert background == ("rgb(13, 17, 23)" if scheme == "dark" else "rgb(246, 247, 249)")
     finally:
         context.close()
-    signed_out = chromium.new_context(viewport={"width": width, "height": 900}, color_scheme=scheme)  # type: ignore[arg-type]
+    signed_out = chromium.new_context(viewport={"width": width, "height": 900}, color_scheme=scheme)
     try:
         page = signed_out.new_page()
         page.goto(url + "/console/login")
@@ -83,13 +84,11 @@ def test_no_page_overflows_sideways(
         signed_out.close()
 
 
-def test_the_menu_folds_at_390_px_and_opens_without_script(
-    chromium: Browser, site: tuple[str, dict[str, Any], list[tuple[str, str]]]
-) -> None:
+def test_the_menu_folds_at_390_px_and_opens_without_script(chromium: Browser, site: Site) -> None:
     url, state, _ = site
     context = chromium.new_context(
         viewport={"width": 390, "height": 844},
-        storage_state=state,  # type: ignore[arg-type]
+        storage_state=state,
         java_script_enabled=False,
     )
     try:
@@ -103,7 +102,7 @@ def test_the_menu_folds_at_390_px_and_opens_without_script(
         page.wait_for_url("**/console/runs")
     finally:
         context.close()
-    wide = chromium.new_context(viewport={"width": 1280, "height": 800}, storage_state=state)  # type: ignore[arg-type]
+    wide = chromium.new_context(viewport={"width": 1280, "height": 800}, storage_state=state)
     try:
         page = wide.new_page()
         page.goto(url + "/console/runs")
@@ -113,11 +112,9 @@ def test_the_menu_folds_at_390_px_and_opens_without_script(
         wide.close()
 
 
-def test_error_pages_are_pages_of_the_console(
-    chromium: Browser, site: tuple[str, dict[str, Any], list[tuple[str, str]]]
-) -> None:
+def test_error_pages_are_pages_of_the_console(chromium: Browser, site: Site) -> None:
     url, state, _ = site
-    context = chromium.new_context(storage_state=state)  # type: ignore[arg-type]
+    context = chromium.new_context(storage_state=state)
     try:
         page = context.new_page()
         for path, says in (
