@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_support import installed_cli
+from agents.anthropic_server import anthropic_app
+from agents.scripted import Script, ScriptedServer, Text, ToolCall
 from serve_support import Served, run_events, serving, wait_for
 
 pytestmark = pytest.mark.slow
@@ -211,3 +214,59 @@ def test_a_run_on_default_settings_cannot_escape_its_sandbox(served: Served, tmp
     assert key not in "\n".join(output) + repr(run)
     (victim_ws / "release").touch()
     assert finished(served, victim)["state"] == "SUCCEEDED"
+
+
+def test_claude_code_cannot_read_the_server_s_files_through_its_own_tools(tmp_path: Path) -> None:
+    """The same reads by Claude Code's own tools (Read, Bash), scripted by its model, on a worker with the
+    default sandbox: every tool result says it failed, and the key is nowhere the run left anything."""
+    claude = installed_cli("claude", "@anthropic-ai/claude-code")
+    script = Script([])
+    data = tmp_path / "data"
+    with ScriptedServer(anthropic_app(script)) as model:
+        env = {"ANTHROPIC_BASE_URL": model.url, "ANTHROPIC_API_KEY": "sk-ant-api-scripted"}
+        passed = [arg for name in env for arg in ("--agent-env", name)]
+        with serving(data, "--harness", "claude", "--agent-cli", f"claude={claude}", "--command", COMMAND,
+                     *passed, workers=2, env=env, log=tmp_path / "serve.log") as served:  # fmt: skip
+            key = (data / "secret.key").read_text().strip()
+            status, body = served.post(
+                "/api/v1/agent/run", {"prompt": VICTIM, "config": {"harness": {"type": "command"}}}
+            )
+            assert status == 200, body
+            victim = str(body["run_id"])
+            victim_ws = Path(line_of(served, victim, "VICTIM-WS ").split(" ", 1)[1])
+            d, v = shlex.quote(str(data)), shlex.quote(str(victim_ws))
+            script.extend(
+                [
+                    ToolCall("Read", {"file_path": str(data / "secret.key")}),
+                    ToolCall("Bash", {"command": f"cat {d}/secret.key; ls -la {v}; ls {d}"}),
+                    ToolCall(
+                        "Bash",
+                        {
+                            "command": f"curl -sS -m 10 --noproxy '*' http://127.0.0.1:{served.port}/healthz;"
+                            f" curl -sS -m 10 -o /dev/null -w 'proxied=%{{http_code}}'"
+                            f" http://127.0.0.1:{served.port}/healthz"
+                        },
+                    ),
+                    Text("Could not get anything."),
+                ]
+            )
+            run_id = start(served, "An alert fired: look around.")
+            run = finished(served, run_id)
+            output = logs(served, run_id)
+            events = run_events(served, run_id)
+            (victim_ws / "release").touch()
+            finished(served, victim)
+
+    assert run["state"] == "SUCCEEDED", (run["status_message"], output[-40:])
+    assert run["sandbox"]["kind"] == "bwrap", run
+    results = [e["data"] for e in events if e["kind"] == "tool_result"]
+    assert len(results) == 3, events
+    read, shell, network = (str(r["output"]) for r in results)
+    assert "does not exist" in read or "No such file" in read, read
+    assert shell.count("No such file or directory") == 3, shell  # the key, the other workspace, the data dir
+    assert "Connection refused" in network or "Couldn't connect" in network, network
+    assert "proxied=403" in network, network
+    refused = [e["data"] for e in events if e["kind"] == "egress_refused"]
+    assert refused == [{"host": "127.0.0.1", "port": served.port, "reason": "not on the network allowlist"}]
+    seen = "\n".join(output) + repr(events) + repr(run) + repr([r.body for r in model.recorder.requests])
+    assert key not in seen
