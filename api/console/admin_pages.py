@@ -14,12 +14,13 @@ admin role) whatever the page showed.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
 from aiohttp import web
 
-from api.console.rendering import render, when
+from api.console.rendering import render
 from api.console.security import changing, signed_in
 from api.console.sessions import ConsoleUser
 from api.context import BOX, CLOCK, SESSIONS
@@ -27,13 +28,16 @@ from api.management.secrets import users as secret_users
 from store import NotFound, StoreError
 from store import apikeys as key_store
 from store import secrets as secret_store
+from store.clock import rfc3339
 
 KEY_ROLES = ("member", "admin", "worker")
 _HOSTS_SPLIT = re.compile(r"[\s,]+")
 
 
-def _when(value: Any) -> str:
-    return when(value, missing="")  # the templates test "revoked" and "never used" by emptiness
+def _when(value: dt.datetime | None) -> str | None:
+    """An RFC 3339 time for ``ui.ago`` (None when unset: the templates test "revoked" and "never used" by
+    emptiness)."""
+    return rfc3339(value)
 
 
 def _page(

@@ -142,7 +142,7 @@ async def automation_page(request: web.Request) -> web.StreamResponse:
                 "definition_path": automation.definition_path,
                 "config_json": pretty_json(automation.config or {}),
                 "has_config": bool(automation.config),
-                "updated": when(automation.updated_at),
+                "updated": automation.updated_at,
             },
             "triggers": triggers,
             "deliveries": [
