@@ -22,6 +22,12 @@ def register(sub: Any) -> None:
     src.add_argument("--git", metavar="URL", help="a git repository to follow")
     p.add_argument("--branch", default="main", help="branch to follow with --git (default main)")
     p.add_argument(
+        "--no-self-heal",
+        dest="self_heal",
+        action="store_false",
+        help="report drift from the source but never re-apply it (docs/reconcile.md: Self-heal)",
+    )
+    p.add_argument(
         "--poll-interval", default="30", metavar="S", help="git poll interval, seconds (30, 30s, 1m)"
     )
     p.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
@@ -75,6 +81,20 @@ def register(sub: Any) -> None:
         default=None,
         metavar="DIR",
         help="also in every sandbox, writable (shared by all runs of all teams)",
+    )
+    p.add_argument(
+        "--sandbox-open-network",
+        action="store_const",
+        const=True,
+        default=None,
+        help="honour an environment's network mode open (the host's network) in service-hosted runs",
+    )
+    p.add_argument(
+        "--sandbox-private-egress",
+        action="store_const",
+        const=True,
+        default=None,
+        help="let a destination an environment lists be a private, loopback or link-local address",
     )
     add_limit_flags(p)  # per run of the service-hosted workers (docs/workers.md, "Limits")
     p.add_argument("--public-url", default=None, help="external base URL used in ingress URLs")

@@ -45,6 +45,7 @@ class ServeOptions:
     git_url: str | None = None
     branch: str = "main"
     poll_interval: float = 30.0
+    self_heal: bool = True  # --no-self-heal: report drift only (docs/reconcile.md, "Self-heal")
     workers: int = 2
     processes: int = 1  # --processes: 1 primary + (processes - 1) secondaries (docs/operations.md)
     harness: str = "echo"
@@ -57,6 +58,9 @@ class ServeOptions:
     bwrap: str = DEFAULT_BWRAP
     sandbox_ro: tuple[Path, ...] = ()
     sandbox_rw: tuple[Path, ...] = ()
+    # What an environment's network policy may ask of the shared machine (docs/workers.md, "Network").
+    sandbox_open_network: bool = False
+    sandbox_private_egress: bool = False
     guarded: tuple[Path, ...] = ()  # never within a run's reach: the data dir, a SQLite database's dir
     agent_env: tuple[str, ...] = ()  # --agent-env: server variables service-hosted runs also get
     limits: Limits = field(default_factory=Limits)  # per service-hosted run (docs/workers.md, "Limits")
@@ -179,6 +183,7 @@ class ServeOptions:
             git_url=args.git,
             branch=args.branch,
             poll_interval=parse_duration(args.poll_interval),
+            self_heal=getattr(args, "self_heal", True),
             workers=workers,
             processes=processes,
             harness=harness,
@@ -188,6 +193,8 @@ class ServeOptions:
             bwrap=pick(args.bwrap, "BWRAP", DEFAULT_BWRAP),
             sandbox_ro=sandbox_ro,
             sandbox_rw=sandbox_rw,
+            sandbox_open_network=pick(args.sandbox_open_network, "SANDBOX_OPEN_NETWORK", False, _flag),
+            sandbox_private_egress=pick(args.sandbox_private_egress, "SANDBOX_PRIVATE_EGRESS", False, _flag),
             guarded=guarded,
             limits=limits,
             agent_env=tuple(args.agent_env or [n for n in env.get("FACTORY_AGENT_ENV", "").split(",") if n]),

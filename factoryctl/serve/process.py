@@ -95,7 +95,7 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
     )
     if made is not None:
         source, label = made
-        out.append(reconciler_lifecycle(source, label, options.team))
+        out.append(reconciler_lifecycle(source, label, options.team, self_heal=options.self_heal))
     # The lease reaper runs even with --workers 0: self-hosted workers hold leases too.
     out.append(lease_reaper())
     # Every replica runs the scheduler; a schedule's fire row decides which one starts a run
@@ -118,6 +118,8 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
                 read_only=options.sandbox_ro,
                 writable=options.sandbox_rw,
                 address_refusal=egress_refusal,
+                open_network=options.sandbox_open_network,
+                listed_private=options.sandbox_private_egress,
             ),
             guarded=options.guarded,
             agents=options.agents,

@@ -22,7 +22,7 @@ from pathlib import Path
 from factoryctl.worker.egress import EgressProxy, public_only
 from factoryctl.worker.egress_sandbox import PROXY_SOCKET, RELAY_FILE, SandboxNetwork
 from factoryctl.worker.job import Job
-from factoryctl.worker.netpolicy import EgressRules, model_endpoints
+from factoryctl.worker.netpolicy import EgressRules, NetworkPolicy, model_endpoints
 from factoryctl.worker.presets.base import AgentEvent
 from factoryctl.worker.sandbox import SYSTEM_DIRS, Sandbox
 
@@ -46,12 +46,25 @@ def relay_python() -> tuple[str, tuple[Path, ...]]:
     return executable, bound
 
 
-def model_rules(job: Job, preset: str | None, base: Mapping[str, str] | None) -> EgressRules:
-    """``job``'s rules: its policy, the model endpoint its agent uses (the run's variables over the
-    worker's), and which of those the worker itself set (only they may be private or loopback)."""
+def model_rules(
+    job: Job,
+    preset: str | None,
+    base: Mapping[str, str] | None,
+    policy: NetworkPolicy | None = None,
+    *,
+    listed_private: bool = True,
+) -> EgressRules:
+    """``job``'s rules: ``policy`` (default: its own), the model endpoint its agent uses (the run's
+    variables over the worker's), and which of those the worker itself set (they may be private or
+    loopback; listed destinations may too when ``listed_private``)."""
     worker = dict(os.environ if base is None else base)
     model = model_endpoints(preset, {**worker, **job.environment_variables()})
-    return EgressRules(job.network, model, trusted=model_endpoints(preset, worker))
+    return EgressRules(
+        job.network if policy is None else policy,
+        model,
+        trusted=model_endpoints(preset, worker),
+        listed_private=listed_private,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -69,12 +82,18 @@ async def run_network(
     if sandbox is None:
         yield None
         return
-    policy = job.network
+    policy = sandbox.policy(job.network)
     if policy.mode == "open":
         await on_output("system", "network: open (the host's network, chosen by the run's environment)")
         yield sandbox.with_network(SandboxNetwork(share_host=True))
         return
-    rules = model_rules(job, preset, base_env)
+    if policy is not job.network:
+        await on_output(
+            "system",
+            "network: the environment asks for open, which this worker's operator does not allow "
+            "(serve --sandbox-open-network); the run reaches its model endpoint alone",
+        )
+    rules = model_rules(job, preset, base_env, policy, listed_private=sandbox.listed_private)
 
     async def refused(host: str, port: int, reason: str) -> None:
         await on_event([AgentEvent("egress_refused", {"host": host, "port": port, "reason": reason})])

@@ -22,7 +22,7 @@ def sandbox_report(job: Job, sandbox: Sandbox | None) -> dict[str, str]:
     (None: on the host, where the network is the host's: ``open``)."""
     if sandbox is None:
         return {"kind": "none", "network": "open"}
-    mode = getattr(getattr(job, "network", None), "mode", None)  # the environment's policy, when sent
+    mode = sandbox.policy(job.network).mode  # the environment's policy, as this worker's operator allows it
     return {"kind": "bwrap", "network": mode if mode in NETWORK_MODES else "none"}
 
 

@@ -182,15 +182,20 @@ def model_endpoints(preset: str | None, variables: Mapping[str, str]) -> tuple[t
 class EgressRules:
     """The decision for each destination of one run: its policy plus its model endpoints. ``trusted``: the
     model endpoints the worker itself set (None: all of ``model``); only those may be private or loopback
-    addresses, so a run's own ``ANTHROPIC_BASE_URL`` cannot make "the model" the server's own port."""
+    addresses, so a run's own ``ANTHROPIC_BASE_URL`` cannot make "the model" the server's own port.
+    ``listed_private``: whether a destination the policy lists by name may be such an address too (the
+    worker's operator decides: :class:`~factoryctl.worker.sandbox.Sandbox`)."""
 
     def __init__(
         self,
         policy: NetworkPolicy,
         model: Iterable[tuple[str, int]] = (),
         trusted: Iterable[tuple[str, int]] | None = None,
+        *,
+        listed_private: bool = True,
     ) -> None:
         self.policy = policy
+        self.listed_private = listed_private
         self.model = frozenset(model)
         self.trusted = self.model if trusted is None else frozenset(trusted) & self.model
         self.patterns = policy.patterns() if policy.mode == "allowlist" else ()
@@ -204,10 +209,11 @@ class EgressRules:
         if self.policy.mode == "open" or (host, port) in self.trusted:
             return Decision(True, explicit=True)
         matched = [p for p in self.patterns if p.matches(host, port)]
+        listed = self.listed_private and any(not p.wildcard for p in matched)
         if (host, port) in self.model:
-            return Decision(True, explicit=any(not p.wildcard for p in matched))
+            return Decision(True, explicit=listed)
         if not matched:
             if self.policy.mode == "none":
                 return Decision(False, reason="network mode none: only the model endpoint is reachable")
             return Decision(False, reason="not on the network allowlist")
-        return Decision(True, explicit=any(not p.wildcard for p in matched))
+        return Decision(True, explicit=listed)

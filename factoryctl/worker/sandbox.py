@@ -50,6 +50,7 @@ from typing import Any
 from factoryctl.worker.egress_sandbox import SandboxNetwork
 from factoryctl.worker.errors import SandboxUnavailable
 from factoryctl.worker.job import Job
+from factoryctl.worker.netpolicy import NetworkPolicy
 
 DEFAULT_BWRAP = "bwrap"
 ERROR_CODE = SandboxUnavailable.error_code
@@ -92,7 +93,13 @@ class Sandbox:
     or a path), ``read_only``/``writable`` the operator's extra directories, bound at their own path.
     ``address_refusal``: the rule the egress proxy applies to the addresses a destination that is not
     listed by name resolves to (``store.rules.addresspolicy``'s, given by the worker's entry point; None:
-    :func:`factoryctl.worker.egress.public_only`). ``network``: set per run by :meth:`with_network`."""
+    :func:`factoryctl.worker.egress.public_only`). ``network``: set per run by :meth:`with_network`.
+
+    What the operator lets a run's environment choose (docs/workers.md, "Network"): ``open_network``
+    whether ``mode: open`` (the host's network) is honoured — otherwise the run gets an allowlist of its
+    model endpoint alone; ``listed_private`` whether a listed destination may reach a private, loopback
+    or link-local address. ``serve`` (one machine shared by every team) allows neither unless told to;
+    a self-hosted worker (a machine of its team's own) allows both."""
 
     network: SandboxNetwork | None = None
 
@@ -103,6 +110,8 @@ class Sandbox:
         read_only: Iterable[Path] = (),
         writable: Iterable[Path] = (),
         address_refusal: Callable[[str], str | None] | None = None,
+        open_network: bool = True,
+        listed_private: bool = True,
     ) -> None:
         self.bwrap = bwrap
         # Resolved once, with the worker's own PATH: a run's PATH never chooses what runs on the host.
@@ -110,12 +119,21 @@ class Sandbox:
         self.read_only = tuple(Path(p) for p in read_only)
         self.writable = tuple(Path(p) for p in writable)
         self.address_refusal = address_refusal
+        self.open_network = open_network
+        self.listed_private = listed_private
         self._lock = threading.Lock()
         self._probed = False
         self._problem: str | None = None
 
     def __repr__(self) -> str:
         return f"Sandbox(bwrap={self.bwrap!r})"
+
+    def policy(self, requested: NetworkPolicy) -> NetworkPolicy:
+        """The policy a run asking for ``requested`` gets here: ``open`` only where the operator allows it
+        (else an allowlist with no entries: the model endpoint alone)."""
+        if requested.mode == "open" and not self.open_network:
+            return NetworkPolicy("allowlist", ())
+        return requested
 
     def with_network(self, network: SandboxNetwork) -> Sandbox:
         """This sandbox for one run's processes, with that run's network (the probe result is shared)."""
@@ -313,9 +331,7 @@ def check_layout(
                 raise ValueError(f"sandbox directory {extra} overlaps {other}, which runs must not reach")
 
 
-async def sandbox_for(
-    job: Job, *, harness: bool, sandbox: Sandbox | None, required: bool
-) -> Sandbox | None:
+async def sandbox_for(job: Job, *, harness: bool, sandbox: Sandbox | None, required: bool) -> Sandbox | None:
     """The sandbox ``job``'s run-controlled processes start in, None for the worker's host.
 
     ``required`` (service-hosted workers): a job that would start such a process with no working

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from factoryctl.worker.egress import MAX_REFUSED, EgressProxy, public_only
 from factoryctl.worker.egress_run import run_network
+from factoryctl.worker.isolation import sandbox_report
 from factoryctl.worker.job import Job
 from factoryctl.worker.netpolicy import EgressRules, NetworkPolicy
 from factoryctl.worker.presets.base import AgentEvent
@@ -314,3 +315,53 @@ async def test_refusals_are_recorded_once_per_destination_and_bounded(tmp_path: 
         await proxy.close()
     assert len(refused) == MAX_REFUSED and refused[:2] == [("example.invalid", 1), ("example.invalid", 2)]
     assert proxy.unrecorded == 1  # the run's log counts those past the bound
+
+
+# What a worker's operator lets an environment choose (docs/workers.md, "Network"): serve shares its machine
+# with every team, so by default it honours no `mode: open` and no listed loopback or private destination.
+SHARED: dict[str, bool] = {"open_network": False, "listed_private": False}  # serve by default
+
+
+async def test_a_listed_loopback_destination_is_refused_where_the_operator_does_not_allow_it(
+    host: Host, tmp_path: Path
+) -> None:
+    rec = Recorder()
+    model, other = host.ports["model"], host.ports["other"]
+    job = job_for({"mode": "allowlist", "allow": [f"127.0.0.1:{other}"]})
+    async with run_network(
+        job,
+        Sandbox(**SHARED),
+        preset="claude",
+        base_env=worker_env(host),
+        on_event=rec.event,
+        on_output=rec.line,
+    ) as sandbox:
+        out = await sandboxed(
+            sandbox,
+            f"curl -sS -m 20 http://127.0.0.1:{model}/; echo; curl -sS -m 20 http://127.0.0.1:{other}/",
+            tmp_path,
+        )
+    assert out.splitlines() == [  # the worker's own model endpoint still works
+        "hello model",
+        f"egress to 127.0.0.1:{other} refused: 127.0.0.1 is not a public address",
+    ]
+    assert rec.refused() == [
+        {"host": "127.0.0.1", "port": other, "reason": "127.0.0.1 is not a public address"}
+    ]
+
+
+async def test_open_is_an_allowlist_of_the_model_where_the_operator_does_not_allow_it(
+    host: Host, tmp_path: Path
+) -> None:
+    rec = Recorder()
+    other = host.ports["other"]
+    job = job_for({"mode": "open"})
+    sandbox = Sandbox(**SHARED)
+    assert sandbox_report(job, sandbox) == {"kind": "bwrap", "network": "allowlist"}  # what the run shows
+    async with run_network(
+        job, sandbox, preset="claude", base_env=worker_env(host), on_event=rec.event, on_output=rec.line
+    ) as confined:
+        out = await sandboxed(confined, f"curl -sS -m 20 http://127.0.0.1:{other}/", tmp_path)
+    assert out.strip() == f"egress to 127.0.0.1:{other} refused: not on the network allowlist"
+    assert "which this worker's operator does not allow" in rec.lines[0]
+    assert sandbox_report(job, Sandbox()) == {"kind": "bwrap", "network": "open"}  # a self-hosted worker

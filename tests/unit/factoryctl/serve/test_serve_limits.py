@@ -29,3 +29,19 @@ def test_defaults_then_variables_then_flags(tmp_path: Path) -> None:
 def test_a_bad_limit_stops_the_start(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="'many' is not a number of processes"):
         options([], {"FACTORY_PROCESS_LIMIT": "many"}, tmp_path)
+
+
+def test_what_environments_may_ask_of_the_shared_machine_is_off_until_the_operator_says(
+    tmp_path: Path,
+) -> None:
+    """docs/workers.md, "Network": service-hosted runs share the server's machine with every team."""
+    plain = options([], {}, tmp_path)
+    assert (plain.sandbox_open_network, plain.sandbox_private_egress) == (False, False)
+    env = {"FACTORY_SANDBOX_OPEN_NETWORK": "yes"}
+    assert options([], env, tmp_path).sandbox_open_network is True
+    flagged = options(["--sandbox-private-egress"], {}, tmp_path)
+    assert (flagged.sandbox_open_network, flagged.sandbox_private_egress) == (False, True)
+    assert (
+        options([], {}, tmp_path).self_heal is True
+        and options(["--no-self-heal"], {}, tmp_path).self_heal is False
+    )
