@@ -13,13 +13,15 @@ waits for the next pass.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from aiohttp import web
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -72,6 +74,14 @@ async def take_lease(
         await session.execute(stmt)
         current = await session.scalar(select(AppliedLock.holder).where(AppliedLock.name == LEASE_NAME))
     return current == holder
+
+
+async def release_lease(sessions: async_sessionmaker[AsyncSession], holder: str) -> None:
+    """Give the lease up if ``holder`` has it."""
+    async with sessions() as session, session.begin():
+        await session.execute(
+            delete(AppliedLock).where(AppliedLock.name == LEASE_NAME, AppliedLock.holder == holder)
+        )
 
 
 async def apply_policy(
@@ -148,4 +158,13 @@ def maintenance_job(
             log.info("retention deleted %s", counts, extra={"deleted": report.deleted})
         return report
 
-    return periodic("maintenance", interval_seconds, tick, log=log)
+    passes = periodic("maintenance", interval_seconds, tick, log=log)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        async for _ in passes(app):
+            yield
+        # A graceful stop hands the lease back, so a restarted server prunes at once rather than in 15 min.
+        with contextlib.suppress(Exception):  # the database may be gone already; the lease then lapses
+            await release_lease(app[SESSIONS], me)
+
+    return lifecycle

@@ -339,9 +339,12 @@ async def test_the_job_runs_with_the_app(engine, sessions, box, tmp_path, aiohtt
         route_modules=("api.ops",),
         lifecycles=[maintenance_job(RetentionSettings(run_days=30), 0.05)],
     )
-    await aiohttp_client(app)
+    client = await aiohttp_client(app)
     for _ in range(200):
         if (await owned_rows(sessions, run_id))["runs"] == 0:
             break
         await asyncio.sleep(0.05)
     assert set((await owned_rows(sessions, run_id)).values()) == {0}
+    assert not await take_lease(sessions, "another replica", NOW)
+    await client.close()  # a graceful stop hands the lease back: another replica may prune at once
+    assert await take_lease(sessions, "another replica", NOW)
