@@ -124,6 +124,7 @@ def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
     import logging
     from pathlib import Path
 
+    from factoryctl.addresses import egress_refusal
     from factoryctl.worker.agent import RemoteWorker
     from factoryctl.worker.execution import scrubbed_environment
     from factoryctl.worker.limits import describe, limits_from
@@ -161,7 +162,8 @@ def _worker(ctx: CliContext, args: argparse.Namespace) -> int:
             'and network in reach of the agent (docs/workers.md, "Sandbox"); each run\'s log says so too'
         )
     else:
-        sandbox = Sandbox(args.bwrap, read_only=read_only, writable=writable)
+        # A self-hosted worker's machine is its team's own: it honours open and listed private destinations.
+        sandbox = Sandbox(args.bwrap, read_only=read_only, writable=writable, address_refusal=egress_refusal)
         problem = sandbox.problem()
         if problem is not None and args.sandbox == "bwrap":
             print(
