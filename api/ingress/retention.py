@@ -6,14 +6,16 @@ Accepted entries, so it holds exactly as long as the log does: a delivery ID pru
 accepted again, though automations that already ran for it are not started twice (see
 :mod:`api.ingress.pipeline`).
 
-Each webhook is pruned by one ``DELETE`` statement whose threshold (the seq of the N-th newest entry) is
-a subquery: a single write statement, so on SQLite it never has to upgrade a read snapshot (which
-could fail under concurrent accepts), and on PostgreSQL replicas pruning at the same time just delete
-nothing twice. The same job drops rate-counter windows that no limit reads any more.
+Each webhook is pruned by ``DELETE`` statements of at most :data:`BATCH_ROWS` entries whose threshold
+(the seq of the N-th newest entry) and pick are subqueries: each is a single write statement, so on SQLite
+it never has to upgrade a read snapshot (which could fail under concurrent accepts), and on PostgreSQL
+replicas pruning at the same time just delete nothing twice. The same job drops rate-counter windows that
+no limit reads any more.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 
@@ -29,9 +31,13 @@ from store.models import Delivery
 log = logging.getLogger("factoryctl.ingress.retention")
 
 DEFAULT_INTERVAL_SECONDS = 300.0
+BATCH_ROWS = 500  # entries per DELETE (docs/operations.md, "Retention")
+PAUSE_SECONDS = 0.02
 
 
-async def prune_deliveries(engine: AsyncEngine, *, now: dt.datetime, keep_days: int, keep_count: int) -> int:
+async def prune_deliveries(
+    engine: AsyncEngine, *, now: dt.datetime, keep_days: int, keep_count: int, batch: int = BATCH_ROWS
+) -> int:
     """Delete entries older than ``keep_days`` beyond the newest ``keep_count`` per webhook; returns count."""
     cutoff = now - dt.timedelta(days=keep_days)
     async with engine.connect() as conn:
@@ -47,12 +53,21 @@ async def prune_deliveries(engine: AsyncEngine, *, now: dt.datetime, keep_days: 
             .limit(1)
             .scalar_subquery()
         )
-        stmt = delete(Delivery).where(
-            Delivery.webhook_uid == uid, Delivery.received_at < cutoff, Delivery.seq < newest_kept
+        oldest = (
+            select(Delivery.seq)
+            .where(Delivery.webhook_uid == uid, Delivery.received_at < cutoff, Delivery.seq < newest_kept)
+            .order_by(Delivery.seq)
+            .limit(batch)
         )
-        async with engine.begin() as conn:
-            result = await conn.execute(stmt)
-        removed += result.rowcount or 0
+        stmt = delete(Delivery).where(Delivery.seq.in_(oldest))
+        while True:  # bounded batches: a webhook with a large backlog never holds the writer for long
+            async with engine.begin() as conn:
+                result = await conn.execute(stmt)
+            count = result.rowcount or 0
+            removed += count
+            if count < batch:
+                break
+            await asyncio.sleep(PAUSE_SECONDS)  # ingress commits between batches
     return removed
 
 

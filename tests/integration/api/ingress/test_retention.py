@@ -47,6 +47,13 @@ async def test_old_entries_beyond_the_newest_fifty_are_pruned(engine) -> None:
     assert await _ids(engine, "wh_a") == [f"wh_a-{i}" for i in range(30, 80)]
 
 
+async def test_a_large_backlog_goes_in_bounded_batches(engine) -> None:
+    await _add(engine, "wh_big", [10.0] * 23)
+    removed = await prune_deliveries(engine, now=NOW, keep_days=7, keep_count=3, batch=5)
+    assert removed == 20
+    assert await _ids(engine, "wh_big") == [f"wh_big-{i}" for i in range(20, 23)]
+
+
 async def test_recent_entries_are_kept_even_beyond_fifty(engine) -> None:
     await _add(engine, "wh_b", [9.0] * 10 + [6.9] * 60)
     await prune_deliveries(engine, now=NOW, keep_days=7, keep_count=50)
