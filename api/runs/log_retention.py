@@ -4,10 +4,12 @@ Runs themselves are kept (their state, status message and event log stay); only 
 go, and the run's log counters start again at zero, so a run continued by a follow-up later logs
 within a fresh cap. ``0`` keeps logs forever (docs/operations.md, "Run log retention").
 
-Each pass takes the oldest finished runs that still hold lines (the partial index
-``ix_runs_log_retention``) in batches of :data:`BATCH_RUNS`, one short transaction each, so neither
-backend holds a long write lock; replicas pruning at the same time delete nothing twice (the run's
-counters are reset in the same transaction, guarded by the cut-off).
+Each batch (:func:`prune_log_batch`) takes the oldest finished runs that still hold lines (the partial
+index ``ix_runs_log_retention``), one short transaction each, so neither backend holds a long write lock;
+replicas pruning at the same time delete nothing twice (the run's counters are reset in the same
+transaction, guarded by the cut-off). The maintenance job (:mod:`api.runs.maintenance`) applies it as its
+``run_logs`` policy; :func:`log_retention_job` is the older stand-alone loop, kept until ``serve`` starts
+the maintenance job instead.
 """
 
 from __future__ import annotations
