@@ -9,41 +9,49 @@ and ``NO_PROXY`` empty. Each connection is piped to the worker's egress proxy at
 a forwarded port's connections first ask the proxy for ``CONNECT HOST:PORT``. The sockets listen before
 ARGV starts, so no connection is lost, and the relay ends with the sandbox (bubblewrap's pid namespace
 ends when ARGV does).
+
+Start-up is paid by every sandboxed process, so the relay imports only C modules (``_socket``,
+``_thread``): ``socket``, ``threading`` and ``contextlib`` cost about 10 ms more per start
+(docs/benchmarks.md, "Sandbox").
 """
 
 from __future__ import annotations
 
-import contextlib
+import _socket
+import _thread
 import os
-import socket
 import sys
-import threading
 
 CHUNK = 65536
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+Socket = _socket.socket
 
 
-def listen(port: int, address: str = "127.0.0.1") -> socket.socket:
-    server = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def listen(port: int, address: str = "127.0.0.1") -> Socket:
+    server = Socket(_socket.AF_INET6 if ":" in address else _socket.AF_INET, _socket.SOCK_STREAM)
+    server.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
     server.bind((address, port))
     server.listen(128)
     return server
 
 
-def pipe(source: socket.socket, target: socket.socket) -> None:
+def pipe(source: Socket, target: Socket, done: _thread.LockType | None = None) -> None:
     try:
         while data := source.recv(CHUNK):
             target.sendall(data)
     except OSError:
         pass
     finally:
-        with contextlib.suppress(OSError):
-            target.shutdown(socket.SHUT_WR)
+        try:  # noqa: SIM105 - contextlib.suppress would cost its import at every start
+            target.shutdown(_socket.SHUT_WR)
+        except OSError:
+            pass
+        if done is not None:
+            done.release()
 
 
-def open_tunnel(path: str, forward: str | None) -> socket.socket | None:
-    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def open_tunnel(path: str, forward: str | None) -> Socket | None:
+    upstream = Socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     upstream.connect(path)
     if forward is None:
         return upstream
@@ -60,7 +68,7 @@ def open_tunnel(path: str, forward: str | None) -> socket.socket | None:
     return upstream
 
 
-def relay(client: socket.socket, path: str, forward: str | None) -> None:
+def relay(client: Socket, path: str, forward: str | None) -> None:
     try:
         upstream = open_tunnel(path, forward)
     except OSError:
@@ -68,21 +76,23 @@ def relay(client: socket.socket, path: str, forward: str | None) -> None:
     if upstream is None:
         client.close()
         return
-    back = threading.Thread(target=pipe, args=(upstream, client), daemon=True)
-    back.start()
+    back = _thread.allocate_lock()
+    back.acquire()
+    _thread.start_new_thread(pipe, (upstream, client, back))
     pipe(client, upstream)
-    back.join()
+    back.acquire()  # the other direction has ended too
     client.close()
     upstream.close()
 
 
-def serve(server: socket.socket, path: str, forward: str | None) -> None:
+def serve(server: Socket, path: str, forward: str | None) -> None:
     while True:
-        client, _ = server.accept()
-        threading.Thread(target=relay, args=(client, path, forward), daemon=True).start()
+        fd, _ = server._accept()  # type: ignore[attr-defined]  # the C socket's accept: a descriptor
+        client = Socket(server.family, _socket.SOCK_STREAM, 0, fd)
+        _thread.start_new_thread(relay, (client, path, forward))
 
 
-def detach(servers: list[tuple[socket.socket, str | None]], path: str) -> None:
+def detach(servers: list[tuple[Socket, str | None]], path: str) -> None:
     """Fork the relay off (twice: the sandbox's init reaps it, ARGV never sees a child it did not start)."""
     if os.fork() != 0:
         os.wait()
@@ -93,7 +103,7 @@ def detach(servers: list[tuple[socket.socket, str | None]], path: str) -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     for server, forward in servers[1:]:
-        threading.Thread(target=serve, args=(server, path, forward), daemon=True).start()
+        _thread.start_new_thread(serve, (server, path, forward))
     serve(servers[0][0], path, servers[0][1])
 
 
@@ -104,7 +114,7 @@ def main(args: list[str]) -> int:
     split = args.index("--")
     path, options, argv = args[0], args[1:split], args[split + 1 :]
     forwards = [options[i + 1] for i, item in enumerate(options) if item == "--forward"]
-    servers: list[tuple[socket.socket, str | None]] = [(listen(0), None)]
+    servers: list[tuple[Socket, str | None]] = [(listen(0), None)]
     for authority in forwards:
         port = int(authority.rpartition(":")[2])
         problems = []
