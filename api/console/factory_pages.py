@@ -28,7 +28,7 @@ from api.environments.routes import environment_json
 from api.errors import ApiError
 from api.factories.reconcile import request_reconcile
 from api.factories.routes import factory_detail, load_factory
-from api.management.deliveries import read_log
+from api.management.deliveries import OUTCOMES, read_log
 from api.management.replay import replay
 from api.management.webhook_rules import AUTH_MODES, parse_create
 from api.management.webhooks import add_webhook, load_webhook, remove, rotate, set_enabled, webhook_view
@@ -157,7 +157,9 @@ async def _webhook_response(
     async with request.app[SESSIONS]() as session:
         with or_404(NO_WEBHOOK):
             factory, row = await load_webhook(session, user.team_id, uid, wid)
-        entries, runs = await read_log(session, user.team_id, wid, DELIVERIES, payloads=True)
+        outcome = request.query.get("outcome")
+        outcome = outcome if outcome in OUTCOMES else None  # the page's filter links; anything else: all
+        entries, runs = await read_log(session, user.team_id, wid, DELIVERIES, payloads=True, outcome=outcome)
     hook = webhook_view(row, request.app[SETTINGS].base_url)
     secret_url = None
     if secret is not None and row.auth_mode == "url_token":
@@ -169,6 +171,7 @@ async def _webhook_response(
         "hook": hook,
         "definition_path": row.definition_path,
         "deliveries": [delivery_view(e, runs.get(e.delivery_id, [])) for e in entries],
+        "outcome": outcome,
         "secret": secret,
         "secret_url": secret_url,
         "deferred": deferred,

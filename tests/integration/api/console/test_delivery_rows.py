@@ -47,6 +47,11 @@ async def test_rows_say_started_nothing_with_reasons_and_show_run_states(
     hit = hit[: hit.index("</tr>")]
     assert "Started nothing" not in hit and 'data-live="true">QUEUED</span>' in hit
 
+    only = await (await client.get(f"/console/factories/{uid}/webhooks/{wid}?outcome=no_runs")).text()
+    assert "d-miss" in only and "d-hit" not in only and '<strong aria-current="page">Started nothing' in only
+    started = await (await client.get(f"/console/factories/{uid}/webhooks/{wid}?outcome=runs")).text()
+    assert "d-hit" in started and "d-miss" not in started
+
     async with sessions() as s:
         runs = {r.delivery_id: r.run_id for r in (await s.execute(Run.__table__.select())).all()}
     async with sessions() as s, s.begin():
