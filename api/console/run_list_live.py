@@ -19,9 +19,15 @@ from api.runs.stream_grants import Grant
 from api.runs.team_stream import parse_resume
 
 
-async def _follow(app: web.Application, writer: SseWriter, team_id: str, position: events.Position) -> None:
-    """Send each state event after ``position`` until the stream ends (its session or the app)."""
+async def _follow(
+    app: web.Application, writer: SseWriter, team_id: str, position: events.Position, resumed: bool
+) -> None:
+    """Send each state event after ``position`` until the stream ends (its session or the app). A stream
+    that starts live first sends its position (an id-only frame), so a reconnect before the first event
+    resumes there rather than starting live again."""
     hub = writer.hub
+    if not resumed:
+        await writer.send(f"id: {events.format_position(position)}\n\n".encode())
     while writer.open:
         wake = hub.signal.current()
         async with app[SESSIONS]() as session:
@@ -42,14 +48,15 @@ async def _follow(app: web.Application, writer: SseWriter, team_id: str, positio
 async def runs_events(request: web.Request) -> web.StreamResponse:
     """The feed; it resumes after ``Last-Event-ID`` (a reconnecting browser) or starts at the newest event."""
     user = await signed_in(request)
-    start = parse_resume(request)
+    resume = parse_resume(request)
+    start = resume
     if start is None:
         async with request.app[SESSIONS]() as session:
             start = await events.latest_position(session, team_id=user.team_id)
     position = start
 
     async def follow(writer: SseWriter) -> None:
-        await _follow(request.app, writer, user.team_id, position)
+        await _follow(request.app, writer, user.team_id, position, resume is not None)
 
     return await serve_sse(request, Grant(user.key_id, user.session_id), follow, f"runs of {user.team_id}")
 
