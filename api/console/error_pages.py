@@ -96,8 +96,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         response = web.Response(status=exc.status, text=exc.text or "", headers=exc.headers)
-    except ApiError as exc:
-        return await error_page(request, exc.status, str(exc))
+    except ApiError as exc:  # the API's rule refused (a bad cursor, the stream cap: 429 with Retry-After)
+        page = await error_page(request, exc.status, exc.detail)
+        for name in KEPT_HEADERS:
+            if name in exc.headers:
+                page.headers[name] = exc.headers[name]
+        return page
     except Exception as exc:
         reason = store_unavailable(exc)
         if reason is not None:

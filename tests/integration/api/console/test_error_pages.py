@@ -67,7 +67,7 @@ async def failing(aiohttp_client: Any) -> TestClient[Any, Any]:
         raise RuntimeError("SELECT password FROM secret_table")
 
     async def refused(request: web.Request) -> web.StreamResponse:
-        raise BadRequest("that value is not accepted here")
+        raise BadRequest("that value is not accepted here", headers={"Retry-After": "7", "X-Other": "x"})
 
     app = web.Application()
     setup_templates(app)
@@ -94,3 +94,4 @@ async def test_an_unexpected_error_is_a_500_page_with_a_reference_in_the_log(
     api = await failing.get("/console/refused")
     assert api.status == 400 and "that value is not accepted here" in await api.text()
     assert api.content_type == "text/html"
+    assert api.headers["Retry-After"] == "7" and "X-Other" not in api.headers
