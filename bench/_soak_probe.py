@@ -11,6 +11,7 @@ import datetime as dt
 import os
 import statistics
 import time
+import tracemalloc
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +76,40 @@ def proc_stats(pid: int) -> tuple[float, int, int]:
     return rss_kb / 1024, len(os.listdir(f"/proc/{pid}/fd")), threads
 
 
+def fd_kinds(pid: int) -> dict[str, int]:
+    """The open descriptors of ``pid`` by what they point at: database files, sockets, pipes, the rest."""
+    kinds: dict[str, int] = defaultdict(int)
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if ".db" in target:
+            kinds["db/wal/shm files"] += 1
+        elif target.startswith(("socket:", "pipe:", "anon_inode:")):
+            kinds[target.split(":")[0]] += 1
+        else:
+            kinds["other"] += 1
+    return dict(sorted(kinds.items()))
+
+
+def tracemalloc_growth(directory: Path, minutes: float, top: int = 12) -> list[str]:
+    """What grew between the snapshot a third into the run and the last one (``--tracemalloc``)."""
+    snaps = sorted(directory.glob("*.snap"))
+    if len(snaps) < 3:
+        return [f"tracemalloc: {len(snaps)} snapshots, too few to compare"]
+    first, last = snaps[len(snaps) // 3], snaps[-1]
+    old, new = tracemalloc.Snapshot.load(str(first)), tracemalloc.Snapshot.load(str(last))
+    total = sum(s.size for s in new.statistics("filename")) - sum(s.size for s in old.statistics("filename"))
+    span = minutes * (len(snaps) - 1 - len(snaps) // 3) / max(1, len(snaps) - 1)
+    lines = [f"tracemalloc {first.name} → {last.name} (~{span:.1f} min): traced {total / MB:+.2f} MB"]
+    for stat in new.compare_to(old, "lineno")[:top]:
+        frame = stat.traceback[0]
+        where = f"{frame.filename.split('site-packages/')[-1].split('/main/')[-1]}:{frame.lineno}"
+        lines.append(f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  {where}")
+    return lines
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -100,7 +135,9 @@ async def store_stats(engine: AsyncEngine, since: dt.datetime) -> dict[str, Any]
             Run.started_at >= since, Run.webhook_uid.is_not(None)
         )
         out["pickup"] = [
-            (s - q).total_seconds() for q, s in (await conn.execute(started)).all() if q is not None
+            (s - q).total_seconds()
+            for q, s in (await conn.execute(started)).all()
+            if q is not None and s is not None
         ]
         if engine.dialect.name == "postgresql":
             size = await conn.execute(text("SELECT pg_database_size(current_database())"))

@@ -98,9 +98,9 @@ def setup(base_cli: list[str], work: Path, notify_port: int, stream_clients: int
     return token, keys
 
 
-def start(cmd: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+def start(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     with log_path.open("wb") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def log_summary(log_path: Path) -> str:
@@ -136,7 +136,13 @@ async def wait_for(check: Callable[[], Awaitable[bool]], within: float, what: st
 
 @contextlib.asynccontextmanager
 async def serving(
-    work: Path, db_url: str, *, workers: int, stream_clients: int = 0, extra: tuple[str, ...] = ()
+    work: Path,
+    db_url: str,
+    *,
+    workers: int,
+    stream_clients: int = 0,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Served]:
     """``factoryctl serve`` on a free loopback port with ``workers`` echo workers, ready to answer."""
     notify_port, port = free_port(), free_port()
@@ -148,7 +154,7 @@ async def serving(
     cmd = [*base_cli, "serve", "--port", str(port), "--workers", str(workers), "--harness", "echo"]
     cmd += ["--delivery-rate-limit", str(10**9), "--notification-allow-loopback", *extra]
     log_path = work / "serve.log"
-    server = start(cmd, log_path)
+    server = start(cmd, log_path, env)
     jar = CookieJar(unsafe=True)  # the console's cookie, on an IP address
     http = ClientSession(connector=TCPConnector(limit=0), cookie_jar=jar, timeout=ClientTimeout(total=60))
     served = Served(server, engine, http, f"http://127.0.0.1:{port}", keys, hooks, token, log_path)

@@ -37,7 +37,7 @@ from bench.soak import Load
 async def timed_burst(load: Load, engine: AsyncEngine, n: int) -> tuple[float, float]:
     """Runs/s of ``n`` run-starting deliveries posted at once, and their delivery → started p99 (s)."""
     since = dt.datetime.now(dt.UTC)
-    before = (await probe.store_stats(engine, since))["terminal"]
+    before = int((await probe.store_stats(engine, since))["terminal"])
     start = time.monotonic()
     errors = load.meter.total_errors
     await asyncio.gather(*(load.delivery(True) for _ in range(n)))
@@ -45,7 +45,8 @@ async def timed_burst(load: Load, engine: AsyncEngine, n: int) -> tuple[float, f
         raise SystemExit(f"fairness: the burst failed: {load.meter.first_errors}")
 
     async def finished() -> bool:
-        return (await probe.store_stats(engine, since))["terminal"] - before >= n
+        done = int((await probe.store_stats(engine, since))["terminal"])
+        return done - before >= n
 
     await wait_for(finished, 900, f"{n} burst runs finished")
     rate = n / (time.monotonic() - start)

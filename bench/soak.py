@@ -184,10 +184,22 @@ class Load:
 
 async def soak(args: argparse.Namespace, db_url: str, work: Path) -> int:
     streams = args.team_streams + args.run_streams
-    async with serving(work, db_url, workers=args.workers, stream_clients=streams) as served:
+    env = None
+    if args.tracemalloc:
+        (work / "tracemalloc").mkdir()
+        hook = str(Path(__file__).parent / "_tracemalloc")
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH", "")) if p),
+            "PYTHONTRACEMALLOC": "1",
+            "FACTORY_SOAK_TRACEMALLOC_DIR": str(work / "tracemalloc"),
+            "FACTORY_SOAK_TRACEMALLOC_SECONDS": str(args.tracemalloc),
+        }
+    async with serving(work, db_url, workers=args.workers, stream_clients=streams, env=env) as served:
         load = Load(served)
         await asyncio.sleep(2)  # the first reconcile and the workers' first poll
         idle = probe.proc_stats(served.server.pid)[1:]
+        print(f"idle descriptors: {probe.fd_kinds(served.server.pid)}")
         idle_rate = await burst(load, served.engine, args.burst)
         print(f"idle: fds {idle[0]}, threads {idle[1]}; workers' idle throughput {idle_rate:.1f} runs/s")
         load.meter.drain()
@@ -196,14 +208,15 @@ async def soak(args: argparse.Namespace, db_url: str, work: Path) -> int:
 
 async def burst(load: Load, engine: Any, n: int) -> float:
     """Runs/s the workers finish with nothing else to do: ``n`` run-starting deliveries, all at once."""
-    before = (await probe.store_stats(engine, dt.datetime.now(dt.UTC)))["terminal"]
+    before = int((await probe.store_stats(engine, dt.datetime.now(dt.UTC)))["terminal"])
     start = time.monotonic()
     await asyncio.gather(*(load.delivery(True) for _ in range(n)))
     if load.meter.total_errors:
         raise SystemExit(f"soak: the idle burst failed: {load.meter.first_errors}")
 
     async def finished() -> bool:
-        return (await probe.store_stats(engine, dt.datetime.now(dt.UTC)))["terminal"] - before >= n
+        done = int((await probe.store_stats(engine, dt.datetime.now(dt.UTC)))["terminal"])
+        return done - before >= n
 
     await wait_for(finished, 600, f"{n} burst runs finished")
     return n / (time.monotonic() - start)
@@ -253,6 +266,10 @@ async def loaded(
     print(f"drained in {time.monotonic() - drain_start:.0f} s; settling {args.settle:.0f} s")
     await asyncio.sleep(args.settle)
     after = probe.proc_stats(server.pid)[1:]
+    print(f"descriptors after: {probe.fd_kinds(server.pid)}")
+    if args.tracemalloc:
+        for line in probe.tracemalloc_growth(served.log_path.parent / "tracemalloc", args.minutes):
+            print(line)
     outcome = probe.Outcome(
         idle_rate=idle_rate,
         run_arrivals=args.rate * args.run_share + args.api_rate,
@@ -287,6 +304,9 @@ async def main() -> int:
     parser.add_argument("--burst", type=int, default=200, help="runs of the idle-throughput burst")
     parser.add_argument("--drain", type=float, default=300.0, help="seconds allowed for the backlog to drain")
     parser.add_argument("--settle", type=float, default=30.0, help="seconds after the drain before fds")
+    parser.add_argument(
+        "--tracemalloc", type=float, metavar="SECONDS", help="tracemalloc in serve, a snapshot every SECONDS"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (serve.log, the DB)")
     args = parser.parse_args()
     print(
