@@ -15,11 +15,12 @@ import argparse
 import asyncio
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from factoryctl.context import CliContext, use_color
-from factoryctl.existing_store import EXIT_NO_STORE, require_store
+from factoryctl.existing_store import missing_store
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) and the reconciler are imported when a command runs
     from reconciler.plan import Plan
@@ -116,10 +117,16 @@ def _plan_json(plan: Plan, result: ReconcileOutcome) -> dict[str, Any]:
 def _plan(ctx: CliContext, args: argparse.Namespace) -> int:
     from reconciler.plan import render_text
 
-    if not require_store(ctx):
-        return EXIT_NO_STORE
-
-    result = _run(ctx, args, dry_run=True)
+    problem = missing_store(ctx)
+    if problem is None:
+        result = _run(ctx, args, dry_run=True)
+    else:
+        # Nothing applied here yet: plan against an empty store in a scratch directory (the first plan
+        # shows everything to add), never creating one where the user pointed (docs/cli.md, "CLI context").
+        print(f"note: {problem.split(';')[0]}: planned against an empty store", file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="factoryctl-plan-") as scratch:
+            empty = CliContext(Path(scratch), f"sqlite+aiosqlite:///{Path(scratch) / 'factory.db'}", ctx.env)
+            result = _run(empty, args, dry_run=True)
     if not result.ok or result.plan is None:
         return _report_failure(result, args.format, planning=True)
     _warn(result)

@@ -154,7 +154,7 @@ def test_flags_and_variables_win_over_the_context(demo: Demo) -> None:
 def test_without_a_context_read_only_commands_name_the_data_dir_and_create_nothing(
     demo: Demo, tmp_path: Path
 ) -> None:
-    for args in (("secrets", "list"), ("keys", "list"), ("plan", str(EXAMPLE))):
+    for args in (("secrets", "list"), ("keys", "list")):
         done = run_cli(*args, cwd=tmp_path, env=NEW_TERMINAL)  # no context above tmp_path
         assert (done.returncode, done.stdout) == (1, ""), (args, done.stderr)
         assert done.stderr.startswith(
@@ -162,7 +162,16 @@ def test_without_a_context_read_only_commands_name_the_data_dir_and_create_nothi
         )
         off = demo.cli("--context", "none", *args)
         assert off.returncode == 1 and "no store in" in off.stderr
-    assert list(tmp_path.iterdir()) == []
+    # A first plan is against an empty store (everything to add), made in a scratch directory.
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "factory.yaml").write_text("name: first\n")
+    (tree / "schedules").mkdir()
+    (tree / "schedules" / "nightly.yaml").write_text('cron: "0 2 * * *"\nprompt: Write the report.\n')
+    planned = run_cli("plan", str(tree), cwd=tmp_path, env=NEW_TERMINAL)
+    assert planned.returncode == 0 and "Plan: 2 to add, 0 to change, 0 to destroy." in planned.stdout
+    assert planned.stderr.startswith(f"note: no store in {tmp_path / '.factory'} (factory.db does not exist")
+    assert [p.name for p in tmp_path.iterdir()] == ["tree"]
     keyless = run_cli("runs", "list", cwd=tmp_path, env=NEW_TERMINAL)
     assert keyless.returncode == 2 and keyless.stderr.startswith("error: no API key: set FACTORY_API_KEY")
 
