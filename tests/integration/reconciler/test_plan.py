@@ -61,6 +61,7 @@ async def test_plan_then_apply_then_no_changes(sessions, box, clock, tmp_path) -
     b_uid = applied.plan.changes[2].uid
     assert text.splitlines() == [
         "~ webhook a: description",
+        '    description: (none) -> "x"',  # field-level old -> new
         "+ webhook c (wh_... assigned on apply)",
         f"- webhook b ({b_uid})",
         "",
