@@ -8,8 +8,7 @@ Each batch (:func:`prune_log_batch`) takes the oldest finished runs that still h
 index ``ix_runs_log_retention``), one short transaction each, so neither backend holds a long write lock;
 replicas pruning at the same time delete nothing twice (the run's counters are reset in the same
 transaction, guarded by the cut-off). The maintenance job (:mod:`api.runs.maintenance`) applies it as its
-``run_logs`` policy; :func:`log_retention_job` is the older stand-alone loop, kept until ``serve`` starts
-the maintenance job instead.
+``run_logs`` policy.
 """
 
 from __future__ import annotations
@@ -17,12 +16,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from aiohttp import web
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.context import CLOCK, SESSIONS, SETTINGS
-from api.periodic import Lifecycle, periodic
 from store.models import Run, RunLog
 
 log = logging.getLogger("factoryctl.runs.retention")
@@ -67,18 +63,3 @@ async def prune_run_logs(
         if count < batch:
             break
     return pruned
-
-
-async def run_once(app: web.Application) -> int:
-    settings = app[SETTINGS]
-    pruned = await prune_run_logs(
-        app[SESSIONS], now=app[CLOCK].now(), keep_days=settings.run_log_retention_days
-    )
-    if pruned:
-        log.info("run log retention pruned the logs of %d run(s)", pruned)
-    return pruned
-
-
-def log_retention_job(interval_seconds: float = DEFAULT_INTERVAL_SECONDS) -> Lifecycle:
-    """A ``cleanup_ctx`` lifecycle pruning old run logs now and then every ``interval_seconds``."""
-    return periodic("run-log-retention", interval_seconds, run_once, log=log)

@@ -59,28 +59,6 @@ def parse_processes(value: str) -> int:
     return count
 
 
-class ProcessTagFormatter(logging.Formatter):
-    """Tells the processes of a group apart in their shared log: ``"process": INDEX`` first in a JSON line
-    (0 is the primary), ``[process INDEX]`` before any other line."""
-
-    def __init__(self, index: int) -> None:
-        super().__init__("%(message)s")
-        self.index = index
-        self._field = f'{{"process": {index}, '
-
-    def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
-        if text.startswith("{") and not text[1:].lstrip().startswith("}"):
-            return self._field + text[1:]
-        return f"[process {self.index}] {text}"
-
-
-def tag_log_lines(index: int) -> None:
-    """Give every handler of the root logger a :class:`ProcessTagFormatter`."""
-    for handler in logging.getLogger().handlers:
-        handler.setFormatter(ProcessTagFormatter(index))
-
-
 def _line(message: Message) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 

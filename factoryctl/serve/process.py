@@ -19,7 +19,7 @@ from api.context import RECONCILE
 from api.ingress.retention import retention_job
 from api.management.validate import VALIDATOR
 from api.notifications.service import NOTIFICATION_SETTINGS, notification_sender
-from api.runs.log_retention import log_retention_job
+from api.runs.maintenance import maintenance_job
 from api.schedules.scheduler import schedule_scheduler
 from api.scorers.job import scorer_job
 from factoryctl.addresses import egress_refusal
@@ -127,7 +127,9 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
         )
     )
     out.append(retention_job())  # delivery-log retention and rate-counter pruning
-    out.append(log_retention_job())  # run logs of long-finished runs (docs/operations.md)
+    # Finished runs, run logs, notifications, console sessions, schedule fires; the SQLite WAL
+    # (docs/operations.md, "Retention"); a lease keeps it to one replica at a time.
+    out.append(maintenance_job(options.retention))
     out.append(scorer_job())  # judge runs of the factories' scorers (docs/scorers.md)
     return out
 
@@ -146,7 +148,7 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
         return 1
     key_file = await bootstrap_admin_key(engine, settings.data_dir, options.team)
     if key_file is not None:
-        print(f"created an admin API key: {key_file} (mode 0600)", file=sys.stderr, flush=True)
+        log.info("created an admin API key: %s (mode 0600)", key_file)
     app = create_app(
         settings, engine, box, lifecycles=lifecycles_for(options, engine, box), route_modules=ROUTE_MODULES
     )
@@ -173,11 +175,11 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
             sharing = asyncio.create_task(secondaries.share_reconciler_state(app[RECONCILE], group))
         if code == 0 and not stop.is_set():
             count = f" ({options.processes} processes)" if several else ""
-            print(f"factoryctl serving on {settings.base_url}{count}", file=sys.stderr, flush=True)
+            log.info("factoryctl serving on %s%s", settings.base_url, count)
         if code == 0:
             await stop.wait()
     finally:
-        print("factoryctl shutting down", file=sys.stderr, flush=True)
+        log.info("factoryctl shutting down")
         if sharing is not None:
             sharing.cancel()
             await asyncio.wait({sharing})
