@@ -135,12 +135,17 @@ def list_deliveries(
     webhook_uid: str,
     *,
     status: str | Sequence[str] | None = None,
+    outcome: str | None = None,
     limit: int | None = None,
     cursor: str | None = None,
 ) -> RequestSpec[Page[Delivery]]:
-    """One page of a webhook's delivery log, newest first; ``status`` filters (e.g. ``Accepted``)."""
+    """One page of a webhook's delivery log, newest first; ``status`` filters (e.g. ``Accepted``),
+    ``outcome`` too: ``runs`` (started at least one run) or ``no_runs`` (accepted, started nothing)."""
     params = query(
-        status=[status] if isinstance(status, str) else list(status or ()), limit=limit, cursor=cursor
+        status=[status] if isinstance(status, str) else list(status or ()),
+        outcome=outcome,
+        limit=limit,
+        cursor=cursor,
     )
     return RequestSpec(
         "GET",

@@ -79,6 +79,12 @@ def register(sub: Any) -> None:  # argparse subparsers
     dlist.add_argument(
         "--status", action="append", default=[], metavar="S", help="e.g. Accepted (repeatable)"
     )
+    dlist.add_argument(
+        "--outcome",
+        choices=("runs", "no_runs"),
+        default=None,
+        help="runs: started at least one run; no_runs: accepted but started nothing",
+    )
     dlist.add_argument("--limit", type=int, default=50, metavar="N", help="show at most N (default 50)")
     dlist.set_defaults(handler=by_name(_deliveries))
     dget = dverbs.add_parser("get", parents=[hook_args], help="one delivery, with its payload if accepted")
@@ -285,7 +291,11 @@ def _delete(client: FactoryClient, args: argparse.Namespace) -> None:
 
 def _deliveries(client: FactoryClient, args: argparse.Namespace) -> None:
     pages = client.deliveries.iter(
-        args.factory_uid, args.webhook_uid, status=args.status or None, limit=min(args.limit, 200)
+        args.factory_uid,
+        args.webhook_uid,
+        status=args.status or None,
+        outcome=args.outcome,
+        limit=min(args.limit, 200),
     )
     found: list[Delivery] = list(itertools.islice(pages, args.limit))
     if args.format == "json":

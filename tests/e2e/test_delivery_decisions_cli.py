@@ -121,3 +121,8 @@ def test_deliveries_get_says_started_nothing(served: tuple[Served, Path]) -> Non
         for line in lines
     ), lines
     assert sum("the automation is disabled" in line for line in lines) == 2, lines
+    # The log filters by outcome: the first delivery started a run, this one nothing.
+    nothing = cli(server, "deliveries", "list", factory, hook, "--outcome", "no_runs", "--format", "json")
+    started = cli(server, "deliveries", "list", factory, hook, "--outcome", "runs", "--format", "json")
+    assert [d["delivery_id"] for d in json.loads(nothing)["deliveries"]] == ["not-an-object"]
+    assert [d["delivery_id"] for d in json.loads(started)["deliveries"]] == ["alert-low"]
