@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from factoryctl import __version__
 from factoryctl.commands._output import print_json
@@ -43,6 +43,15 @@ Handler = Callable[["CliContext", argparse.Namespace], int]
 
 class UsageError(Exception):
     """A problem with the command line or its input, found by the command itself (exit 2)."""
+
+
+def skill_config(skills: list[str] | None) -> dict[str, Any]:
+    """The config keys of ``--skill`` given zero, one or more times: one is ``skill_spec``; several are
+    the SDK's ordered ``skills`` list, the first being the run's skill (docs/agent-config.md, "A list of
+    skills")."""
+    if not skills:
+        return {}
+    return {"skill_spec": skills[0]} if len(skills) == 1 else {"skills": list(skills)}
 
 
 def common_options() -> argparse.ArgumentParser:

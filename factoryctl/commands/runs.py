@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from factoryctl.commands._http import UsageError, common_options, handler
+from factoryctl.commands._http import UsageError, common_options, handler, skill_config
 from store.rules.vocabulary import RUN_SOURCES, RUN_STATES
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a verb runs, not for --help
@@ -33,7 +33,10 @@ def register(sub: Any) -> None:
     create.add_argument("--name", help="config.name (a label to group and filter runs)")
     create.add_argument("--model", help="config.model_id")
     create.add_argument(
-        "--skill", help="config.skill_spec: owner/repo:skill-name or owner/repo:path/SKILL.md"
+        "--skill",
+        action="append",
+        default=[],
+        help="config.skill_spec: owner/repo:skill or owner/repo:path/SKILL.md (repeat: config.skills)",
     )
     create.add_argument(
         "--mcp", action="append", default=[], metavar="NAME=JSON", help="an MCP server (repeatable)"
@@ -135,12 +138,12 @@ def create_request(args: argparse.Namespace) -> dict[str, Any]:
     for flag, key in (
         ("name", "name"),
         ("model", "model_id"),
-        ("skill", "skill_spec"),
         ("environment", "environment_id"),
         ("host", "worker_host"),
     ):
         if getattr(args, flag):
             config[key] = getattr(args, flag)
+    config.update(skill_config(args.skill))
     servers: dict[str, Any] = {}
     for name, raw in _pairs(args.mcp, "--mcp"):
         try:
@@ -158,7 +161,7 @@ def create_request(args: argparse.Namespace) -> dict[str, Any]:
         except OSError as exc:
             raise UsageError(f"--attach {name}: {exc.strerror}") from None
     prompt = _read_arg(args.prompt) if args.prompt is not None else None
-    if prompt is None and "skill_spec" not in config:
+    if prompt is None and not args.skill:
         raise UsageError("give --prompt (or --skill)")
     return {
         "prompt": prompt,

@@ -20,7 +20,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from factoryctl.commands._http import UsageError, common_options, handler
+from factoryctl.commands._http import UsageError, common_options, handler, skill_config
 from factoryctl.commands._output import fields, print_json, table
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a verb runs, not for --help
@@ -45,7 +45,10 @@ def register(sub: Any) -> None:  # argparse subparsers
     create.add_argument("--prompt", help="the prompt of each run ('-' reads stdin); optional with --skill")
     create.add_argument("--model", help="agent_config.model_id")
     create.add_argument(
-        "--skill", help="agent_config.skill_spec: owner/repo:skill-name or owner/repo:path/SKILL.md"
+        "--skill",
+        action="append",
+        default=[],
+        help="agent_config.skill_spec: owner/repo:skill or a SKILL.md path (repeat: agent_config.skills)",
     )
     create.add_argument("--environment", help="agent_config.environment_id")
     create.add_argument("--host", help="agent_config.worker_host (a self-hosted worker ID)")
@@ -211,14 +214,14 @@ def create_request(args: argparse.Namespace) -> dict[str, Any]:
         key: getattr(args, flag)
         for flag, key in (
             ("model", "model_id"),
-            ("skill", "skill_spec"),
             ("environment", "environment_id"),
             ("host", "worker_host"),
         )
         if getattr(args, flag)
     }
+    config.update(skill_config(args.skill))
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
-    if not prompt and "skill_spec" not in config:
+    if not prompt and not args.skill:
         raise UsageError("give --prompt (or --skill)")
     metadata = {}
     for item in args.metadata:

@@ -88,6 +88,10 @@ def test_create_flags_become_the_request() -> None:
         {"skill_spec": "a/b:s"},
         None,
     )
+    several = parse(
+        "schedules", "create", "--name", "n", "--cron", "* * * * *", "--skill", "a/b:s", "--skill", "a/b:t"
+    )
+    assert schedules.create_request(several)["agent_config"] == {"skills": ["a/b:s", "a/b:t"]}  # in order
 
 
 def test_create_reads_the_prompt_from_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
