@@ -3,7 +3,8 @@ is a page of the console's layout with its status, never a plain-text body or an
 
 Handlers and :func:`api.console.security.console_middleware` answer refusals as short plain-text
 responses (``Refused: …``, ``No such factory.``); this middleware, outside that one, turns each such
-answer into ``error.html`` with the same status, text and ``Retry-After`` / ``Allow`` headers. An unexpected
+answer into ``error.html`` with the same status, text and ``Retry-After`` / ``Allow`` headers, and a static
+file that does not exist into a 404 page. An unexpected
 exception becomes a 500 page carrying a reference that is also in the server's log (the exception's text is
 not shown: it may hold SQL or a value); an unreachable database is a 503.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from pathlib import Path
 from typing import Final
 
 from aiohttp import web
@@ -86,6 +88,16 @@ async def _restyled(request: web.Request, response: web.Response) -> web.Respons
     return page
 
 
+def _static_exists(request: web.Request) -> bool:
+    """Whether a static file's response has a file to send: aiohttp's file response finds out only when it
+    is sent (and answers an empty 404), after every middleware."""
+    resource = request.match_info.route.resource
+    directory = resource.get_info().get("directory") if resource is not None else None
+    if not isinstance(directory, Path):
+        return True
+    return (directory / request.match_info.get("filename", "")).is_file()
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if not is_console(request):
@@ -111,8 +123,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         log.exception("console: unhandled error (ref %s) on %s %s", ref, request.method, request.path)
         text = "The server failed to answer this page. The error is in its log under this reference."
         return await error_page(request, 500, text, reference=ref)
+    if isinstance(response, web.FileResponse) and not _static_exists(request):
+        return await error_page(request, 404, _text(404, "", request.path))
     # a page (the sign-in form's 401/429) or JSON (run-states) is left as it is; any other error body (a
-    # plain text, an empty one from a static file that does not exist) becomes the page
+    # plain text) becomes the page
     if (
         isinstance(response, web.Response)
         and response.status >= 400

@@ -27,6 +27,12 @@ async def test_refusals_are_pages_of_the_layout(client: TestClient[Any, Any], me
     assert signed_out.status == 404 and signed_out.content_type == "text/html"
     assert "There is no console page at /console/nope." in body and 'href="/console/login"' in body
     assert "console.css" in body and "favicon.svg" in body  # the layout's stylesheet and icon
+    static = await client.get("/console/static/nope.css")
+    assert (
+        static.status == 404
+        and "There is no console page at /console/static/nope.css." in await static.text()
+    )
+    assert (await client.get("/console/static/favicon.svg")).status == 200
 
     assert (await sign_in(client, member_key)).status == 303
     for path, text in (
