@@ -80,5 +80,5 @@ def test_definitions_are_listed_and_a_prompt_stays_text(page: Page, defs_served:
     expect(triggers).to_have_count(2)
     expect(triggers.nth(0)).to_have_text("github · issue_labeled")
     expect(triggers.nth(1)).to_have_text("linear · issue_created not connected")
-    expect(page.locator(".kv")).to_contain_text("acme/api")
+    expect(page.locator(".kv", has_text="Repositories")).to_contain_text("acme/api")
     assert dialogs == [] and violations == []
