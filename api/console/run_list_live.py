@@ -15,34 +15,22 @@ from api.console.security import signed_in
 from api.context import SESSIONS
 from api.runs import events
 from api.runs.event_hub import SseWriter, event_frame, serve_sse
+from api.runs.states import RunState
 from api.runs.stream_grants import Grant
-from api.runs.team_stream import parse_resume
+from api.runs.team_stream import TeamFilter, follow_team, parse_resume
+from store.models import RunEvent
+
+STATE_CHANGES = TeamFilter(states=frozenset(RunState.__members__))  # every state event, nothing else
 
 
-async def _follow(
-    app: web.Application, writer: SseWriter, team_id: str, position: events.Position, resumed: bool
-) -> None:
-    """Send each state event after ``position`` until the stream ends (its session or the app). A stream
-    that starts live first sends its position (an id-only frame), so a reconnect before the first event
-    resumes there rather than starting live again."""
-    hub = writer.hub
-    if not resumed:
-        await writer.send(f"id: {events.format_position(position)}\n\n".encode())
-    while writer.open:
-        wake = hub.signal.current()
-        async with app[SESSIONS]() as session:
-            rows = await events.read_ordered(session, position, hub.settings.batch, team_id=team_id)
-        for row in rows:
-            position = events.position_of(row)
-            if row.kind == events.STATE:
-                body = {
-                    "run_id": row.run_id,
-                    "state": str((row.data or {}).get("state", "")),
-                    "created_at": events.event_json(row)["created_at"],
-                }
-                await writer.send(event_frame(events.format_position(position), events.STATE, body))
-        if len(rows) < hub.settings.batch:
-            await writer.pause(wake)
+def _state_frame(event: RunEvent, cursor: str) -> bytes:
+    """What ``static/runs.js`` needs of a state event: ``{run_id, state, created_at}``."""
+    body = {
+        "run_id": event.run_id,
+        "state": str((event.data or {}).get("state", "")),
+        "created_at": events.event_json(event)["created_at"],
+    }
+    return event_frame(cursor, events.STATE, body)
 
 
 async def runs_events(request: web.Request) -> web.StreamResponse:
@@ -56,7 +44,9 @@ async def runs_events(request: web.Request) -> web.StreamResponse:
     position = start
 
     async def follow(writer: SseWriter) -> None:
-        await _follow(request.app, writer, user.team_id, position, resume is not None)
+        await follow_team(
+            request.app, writer, user.team_id, STATE_CHANGES, position, resume is not None, frame=_state_frame
+        )
 
     return await serve_sse(request, Grant(user.key_id, user.session_id), follow, f"runs of {user.team_id}")
 

@@ -13,7 +13,7 @@ stream (:mod:`api.runs.event_hub`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -102,15 +102,22 @@ def _position_frame(position: events.Position) -> bytes:
     return f"id: {events.format_position(position)}\n\n".encode()
 
 
-async def _follow(
+Frame = Callable[[RunEvent, str], bytes]
+"""``frame(event, cursor)``: the SSE frame of one event a stream sends."""
+
+
+async def follow_team(
     app: web.Application,
     writer: SseWriter,
     team_id: str,
     wanted: TeamFilter,
     position: events.Position,
     resumed: bool,
+    *,
+    frame: Frame = _frame,
 ) -> None:
-    """Read on from ``position`` until the app stops; every read starts after the last row read.
+    """Read on from ``position`` until the app stops; every read starts after the last row read. The API's
+    team stream and the console's runs feed (``frame``: each one's body) follow the team this one way.
 
     A stream that starts live first tells the client its starting position, so a reconnect before the
     first event resumes there instead of starting live again (and missing what happened in between)."""
@@ -125,7 +132,7 @@ async def _follow(
             position = events.position_of(row)
             if wanted.matches(row):
                 told = position
-                await writer.send(_frame(row, events.format_position(position)))
+                await writer.send(frame(row, events.format_position(position)))
         if len(rows) == hub.settings.batch:
             continue
         if told != position:  # only filtered-out rows since the last event: move the client past them
@@ -144,9 +151,9 @@ async def team_events(request: web.Request) -> web.StreamResponse:
             start = await events.latest_position(session, team_id=who.team_id)
 
     async def follow(writer: SseWriter) -> None:
-        await _follow(request.app, writer, who.team_id, wanted, start, resume is not None)
+        await follow_team(request.app, writer, who.team_id, wanted, start, resume is not None)
 
     return await serve_sse(request, Grant(who.key_id), follow, f"team {who.team_id}")
 
 
-__all__ = ["TeamFilter", "parse_filter", "parse_resume", "team_events"]
+__all__ = ["TeamFilter", "follow_team", "parse_filter", "parse_resume", "team_events"]
