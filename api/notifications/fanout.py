@@ -30,7 +30,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.notifications.scores import SCORED, is_score, score_body, score_facts
+from api.notifications.scores import SCORED, is_score, run_part, score_body, score_facts
 from api.runs import events
 from api.runs.artifacts import artifacts_of
 from api.runs.event_cursors import advance_cursor, read_cursor
@@ -106,15 +106,7 @@ def _payload(event: RunEvent, run: Any, artifacts: Sequence[dict[str, Any]] | No
             "previous_state": data.get("previous_state"),
             "status_message": data.get("status_message"),
             "error_code": data.get("error_code"),
-            "title": run.title,
-            "source": run.source,
-            "factory": {"uid": run.factory_uid, "name": run.factory_name} if run.factory_uid else None,
-            "automation": (
-                {"id": run.automation_id, "name": run.automation_name} if run.automation_id else None
-            ),
-            "schedule_id": run.schedule_id,
-            "run_created_at": rfc3339(run.created_at),
-            "event_id": event.id,
+            **run_part(event, run),
         },
     }
     if artifacts is not None:

@@ -48,14 +48,20 @@ def score_body(event: RunEvent, run: Any) -> dict[str, Any]:
             "run_id": event.run_id,
             "state": run.state,
             "score": dict(event.data or {}),
-            "title": run.title,
-            "source": run.source,
-            "factory": {"uid": run.factory_uid, "name": run.factory_name} if run.factory_uid else None,
-            "automation": (
-                {"id": run.automation_id, "name": run.automation_name} if run.automation_id else None
-            ),
-            "schedule_id": run.schedule_id,
-            "run_created_at": rfc3339(run.created_at),
-            "event_id": event.id,
+            **run_part(event, run),
         },
+    }
+
+
+def run_part(event: RunEvent, run: Any) -> dict[str, Any]:
+    """What every message says of its run and event, whatever its type (docs/notifications.md, "The
+    message"): the state messages of :mod:`api.notifications.fanout` and ``run.scored`` alike."""
+    return {
+        "title": run.title,
+        "source": run.source,
+        "factory": {"uid": run.factory_uid, "name": run.factory_name} if run.factory_uid else None,
+        "automation": ({"id": run.automation_id, "name": run.automation_name} if run.automation_id else None),
+        "schedule_id": run.schedule_id,
+        "run_created_at": rfc3339(run.created_at),
+        "event_id": event.id,
     }

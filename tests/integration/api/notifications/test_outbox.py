@@ -376,9 +376,10 @@ async def test_the_sender_loop_stops_without_leaving_a_task(
     s = await make_sender()
     await team.endpoint(receiver.url, events=["CANCELLED"])
     receiver.default = "hang"  # an attempt in flight when the loop is cancelled
+    await s.step()  # the first turn starts the fan-out's cursor: the change below comes after it
     before = asyncio.all_tasks()
     loop = asyncio.create_task(s.run())
-    await cancel_a_run(team)  # the first turn started the cursor before this change
+    await cancel_a_run(team)
     await receiver.wait_for(1)
     loop.cancel()
     with pytest.raises(asyncio.CancelledError):
