@@ -116,17 +116,23 @@ def _ingress(match: re.Match[str]) -> str:
     return prefix + uid + token + ("?{query}" if query else "")
 
 
-def redact_json_line(message: str) -> str | None:
-    """A JSON-object message with every string value redacted (:func:`redact_text`; any value under a
-    credential-like key hidden), serialised again; ``message`` itself when nothing changed, None when it
-    is not a JSON object (then it is redacted as text)."""
+def json_object(message: str) -> dict[str, Any] | None:
+    """``message`` decoded when it is a JSON object (a structured log line), else None."""
     if not message.startswith("{"):
         return None
     try:
         decoded = json.loads(message)
     except ValueError:
         return None
-    if not isinstance(decoded, dict):
+    return decoded if isinstance(decoded, dict) else None
+
+
+def redact_json_line(message: str) -> str | None:
+    """A JSON-object message with every string value redacted (:func:`redact_text`; any value under a
+    credential-like key hidden), serialised again; ``message`` itself when nothing changed, None when it
+    is not a JSON object (then it is redacted as text)."""
+    decoded = json_object(message)
+    if decoded is None:
         return None
     redacted = _redact_value(decoded)
     return message if redacted == decoded else json.dumps(redacted)

@@ -16,7 +16,7 @@ import logging
 import sys
 from typing import Any, TextIO
 
-from api.redaction import install_log_redaction, redact_json_line, redact_text
+from api.redaction import install_log_redaction, json_object, redact_json_line, redact_text
 
 LOG_FORMATS = ("json", "text")
 # Attributes every LogRecord has: anything else on a record came from ``extra=`` and is a field of the line.
@@ -27,17 +27,6 @@ _QUIET = ("alembic", "watchfiles", "httpx")  # INFO lines at every start or requ
 def _timestamp(record: logging.LogRecord) -> str:
     moment = dt.datetime.fromtimestamp(record.created, tz=dt.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _structured(message: str) -> dict[str, Any] | None:
-    """The fields of a message that is a JSON object (redacted already by the filter), else None."""
-    if not message.startswith("{"):
-        return None
-    try:
-        decoded = json.loads(message)
-    except ValueError:
-        return None
-    return decoded if isinstance(decoded, dict) else None
 
 
 class JsonLineFormatter(logging.Formatter):
@@ -57,7 +46,7 @@ class JsonLineFormatter(logging.Formatter):
         }
         if self.process is not None:
             line["process"] = self.process
-        fields = _structured(message)
+        fields = json_object(message)  # redacted already by the filter
         if fields is None:
             line["msg"] = redact_text(message)
         else:
