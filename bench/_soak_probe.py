@@ -123,6 +123,7 @@ async def store_stats(engine: AsyncEngine, since: dt.datetime) -> dict[str, Any]
     async with engine.connect() as conn:
         states = dict((await conn.execute(select(Run.state, func.count()).group_by(Run.state))).all())
         out["queued"] = int(states.get("QUEUED", 0))
+        out["active"] = sum(int(states.get(s, 0)) for s in ("PENDING", "CLAIMED", "INPROGRESS"))
         out["terminal"] = sum(int(states.get(s, 0)) for s in TERMINAL)
         out["rows"] = {
             name: int((await conn.execute(select(func.count()).select_from(model))).scalar_one())
