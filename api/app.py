@@ -7,6 +7,8 @@ caller as ``cleanup_ctx`` lifecycles so it starts and stops with the app.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import MappingProxyType
 
@@ -46,6 +48,7 @@ from api.schedules import routes as schedules_routes
 from store.clock import Clock, SystemClock
 from store.crypto import SecretBox
 from store.db import session_factory
+from store.pool_trim import trim_when_quiet
 
 # Each module exposes ``setup(app)`` adding its routes (and, if needed, its own cleanup_ctx). They are
 # imported here, not looked up by name, so the import graph and its contracts see these arrows
@@ -104,5 +107,18 @@ def create_app(
     app[ops.LATENCY] = latency
     for name in route_modules:
         ROUTES[name](app)
+    app.cleanup_ctx.append(_trim_quiet_pool)
     app.cleanup_ctx.extend(lifecycles)
     return app
+
+
+async def _trim_quiet_pool(app: web.Application) -> AsyncIterator[None]:
+    """After a quiet minute the pool's connections close (:mod:`store.pool_trim`; docs/operations.md,
+    "Fair sharing (SQLite)")."""
+    task = asyncio.create_task(trim_when_quiet(app[ENGINE]), name="pool-trim")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,62 @@
+"""A quiet pool gives its connections (threads, descriptors) back, and the engine keeps working."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from sqlalchemy import event, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from store.db import create_engine
+from store.pool_trim import PoolUse, trim_when_quiet
+
+
+async def _use(engine: AsyncEngine, n: int) -> None:
+    async def one() -> None:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+            await asyncio.sleep(0.05)
+
+    await asyncio.gather(*(one() for _ in range(n)))
+
+
+async def test_a_quiet_pool_is_emptied_and_a_busy_one_is_not(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'pool.db'}")
+    use = PoolUse(engine)
+    closes: list[object] = []
+    event.listen(engine.sync_engine, "close", lambda *args: closes.append(args))
+    trimmed = asyncio.Event()
+    trim = trim_when_quiet(engine, quiet_seconds=0.5, check_seconds=0.05, use=use, on_trim=trimmed.set)
+    job = asyncio.create_task(trim)
+    try:
+        await _use(engine, 6)
+        assert engine.sync_engine.pool.checkedin() == 6
+        async with engine.connect() as held:  # checked out: never trimmed, however long
+            await asyncio.sleep(0.8)
+            assert engine.sync_engine.pool.checkedin() == 5
+            await held.execute(text("SELECT 1"))
+        assert not trimmed.is_set() and not closes
+        async with asyncio.timeout(5):
+            await trimmed.wait()
+        assert len(closes) == 6  # every connection the quiet pool held is closed
+        assert engine.sync_engine.pool.checkedin() == 0
+        async with engine.connect() as conn:  # the fresh pool answers
+            assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
+        assert engine.sync_engine.pool.checkedin() == 1
+    finally:
+        job.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await job
+        await engine.dispose()
+
+
+async def test_an_in_memory_database_is_never_trimmed() -> None:
+    engine = create_engine("sqlite:///:memory:")
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE t (x INTEGER)"))
+    await asyncio.wait_for(trim_when_quiet(engine, quiet_seconds=0.01), 1)  # returns at once
+    async with engine.connect() as conn:
+        await conn.execute(text("SELECT * FROM t"))  # the database is still there
+    await engine.dispose()
