@@ -113,8 +113,8 @@ def create_app(
 
 
 async def _trim_quiet_pool(app: web.Application) -> AsyncIterator[None]:
-    """After a quiet minute the pool's connections close (:mod:`store.pool_trim`; docs/operations.md,
-    "Fair sharing (SQLite)")."""
+    """Pooled connections beyond the last minute's peak use close, so descriptors and threads return to
+    idle after load (:mod:`store.pool_trim`; docs/operations.md, "Fair sharing (SQLite)")."""
     task = asyncio.create_task(trim_when_quiet(app[ENGINE]), name="pool-trim")
     try:
         yield

@@ -1,12 +1,13 @@
-"""Give a quiet pool's connections back: descriptors and threads return to their idle count after load.
+"""Give idle pooled connections back: descriptors and threads return to their idle count after load.
 
 SQLAlchemy's queue pool keeps every connection it ever opened (up to its size, 20) until the process
 stops: after one burst of load a SQLite store kept 15 more connections, each with a thread (aiosqlite) and
 three descriptors (database, WAL, shared memory), and PostgreSQL 10 more sockets (docs/benchmarks.md,
-"Sustained load"). :func:`trim_when_quiet` disposes of the pool once no connection has been checked out
-for ``quiet_seconds``: a fresh empty pool takes the engine's next checkout and the old pool's connections
-close (it is trimmed only while none is checked out). The next request after
-a quiet minute pays one connect (a file open for SQLite, a TCP connect and authentication for PostgreSQL).
+"Sustained load"). :func:`trim_when_quiet` looks at the pool once a window (a minute): when it holds more
+idle connections than the window's peak of concurrent use plus :data:`SPARE`, and none is checked out at
+that moment, a fresh empty pool takes the engine's next checkouts and the old pool's connections close.
+Background pollers (service-hosted workers peek every 0.5 s) use one or two connections, so a quiet
+server keeps about that many; the next burst opens connections again.
 
 A pool that is not a queue pool (an in-memory SQLite database's single static connection, which *is* the
 database) is never trimmed.
@@ -15,7 +16,6 @@ database) is never trimmed.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,22 +24,31 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.util import greenlet_spawn
 
-QUIET_SECONDS = 60.0
+WINDOW_SECONDS = 60.0
+SPARE = 2  # idle connections kept beyond the window's peak use
 
 
 class PoolUse:
-    """When a connection of ``engine`` was last checked out or returned (engine-level pool events, so
-    they keep firing for the fresh pool a dispose installs)."""
+    """Connections of ``engine`` in use now and the most in use at once since the window began (engine-level
+    pool events, so they keep counting for the fresh pool a trim installs and the old one it empties)."""
 
-    def __init__(self, engine: AsyncEngine, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self.last = clock()
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.in_use = self.peak = 0
         sync = engine.sync_engine
-        event.listen(sync, "checkout", self._touch)
-        event.listen(sync, "checkin", self._touch)
+        event.listen(sync, "checkout", self._out)
+        event.listen(sync, "checkin", self._in)
 
-    def _touch(self, *_args: Any) -> None:
-        self.last = self.clock()
+    def _out(self, *_args: Any) -> None:
+        self.in_use += 1
+        self.peak = max(self.peak, self.in_use)
+
+    def _in(self, *_args: Any) -> None:
+        self.in_use = max(0, self.in_use - 1)
+
+    def new_window(self) -> int:
+        """The peak of the window that ends now."""
+        peak, self.peak = self.peak, self.in_use
+        return peak
 
 
 def trimmable(engine: AsyncEngine) -> bool:
@@ -49,26 +58,24 @@ def trimmable(engine: AsyncEngine) -> bool:
 async def trim_when_quiet(
     engine: AsyncEngine,
     *,
-    quiet_seconds: float = QUIET_SECONDS,
-    check_seconds: float | None = None,
+    window_seconds: float = WINDOW_SECONDS,
     use: PoolUse | None = None,
     on_trim: Callable[[], None] = lambda: None,
 ) -> None:
-    """Run until cancelled: dispose of ``engine``'s pool whenever it has connections, none checked out,
-    and none was used for ``quiet_seconds``."""
+    """Run until cancelled: once a window, empty ``engine``'s pool when it holds more than the window's peak
+    use plus :data:`SPARE` idle connections and none is checked out."""
     if not trimmable(engine):
         return
     use = use or PoolUse(engine)
-    step = check_seconds if check_seconds is not None else max(0.05, quiet_seconds / 4)
     while True:
-        await asyncio.sleep(step)
+        await asyncio.sleep(window_seconds)
+        peak = use.new_window()
         pool = engine.sync_engine.pool
-        if not isinstance(pool, QueuePool) or pool.checkedout() or not pool.checkedin():
+        if not isinstance(pool, QueuePool) or pool.checkedout() or pool.checkedin() <= peak + SPARE:
             continue
-        if use.clock() - use.last >= quiet_seconds:
-            # A fresh pool first (no await before it, so no checkout can slip in between), then the old
-            # pool's idle connections close: a checkout during the closing opens a connection in the new
-            # pool, never one in the pool being emptied.
-            await engine.dispose(close=False)
-            await greenlet_spawn(pool.dispose)
-            on_trim()
+        # A fresh pool first (no await before it, so no checkout can slip in between), then the old pool's
+        # idle connections close: a checkout meanwhile opens a connection in the new pool, never in the
+        # pool being emptied.
+        await engine.dispose(close=False)
+        await greenlet_spawn(pool.dispose)
+        on_trim()

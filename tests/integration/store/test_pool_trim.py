@@ -1,4 +1,4 @@
-"""A quiet pool gives its connections (threads, descriptors) back, and the engine keeps working."""
+"""Idle pooled connections (threads, descriptors) are given back, and the engine keeps working."""
 
 from __future__ import annotations
 
@@ -22,25 +22,22 @@ async def _use(engine: AsyncEngine, n: int) -> None:
     await asyncio.gather(*(one() for _ in range(n)))
 
 
-async def test_a_quiet_pool_is_emptied_and_a_busy_one_is_not(tmp_path: Path) -> None:
+async def test_idle_connections_beyond_the_peak_use_are_closed(tmp_path: Path) -> None:
     engine = create_engine(f"sqlite:///{tmp_path / 'pool.db'}")
-    use = PoolUse(engine)
     closes: list[object] = []
     event.listen(engine.sync_engine, "close", lambda *args: closes.append(args))
-    trimmed = asyncio.Event()
-    trim = trim_when_quiet(engine, quiet_seconds=0.5, check_seconds=0.05, use=use, on_trim=trimmed.set)
-    job = asyncio.create_task(trim)
+    use, trimmed = PoolUse(engine), asyncio.Event()
+    job = asyncio.create_task(trim_when_quiet(engine, window_seconds=0.3, use=use, on_trim=trimmed.set))
     try:
         await _use(engine, 6)
-        assert engine.sync_engine.pool.checkedin() == 6
-        async with engine.connect() as held:  # checked out: never trimmed, however long
+        assert engine.sync_engine.pool.checkedin() == 6 and use.peak == 6
+        async with engine.connect() as held:  # one checked out: never trimmed, however long
             await asyncio.sleep(0.8)
-            assert engine.sync_engine.pool.checkedin() == 5
+            assert not trimmed.is_set() and not closes
             await held.execute(text("SELECT 1"))
-        assert not trimmed.is_set() and not closes
         async with asyncio.timeout(5):
             await trimmed.wait()
-        assert len(closes) == 6  # every connection the quiet pool held is closed
+        assert len(closes) == 6  # every connection the pool held is closed
         assert engine.sync_engine.pool.checkedin() == 0
         async with engine.connect() as conn:  # the fresh pool answers
             assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
@@ -52,11 +49,29 @@ async def test_a_quiet_pool_is_emptied_and_a_busy_one_is_not(tmp_path: Path) -> 
         await engine.dispose()
 
 
+async def test_connections_within_the_peak_use_stay(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'pool.db'}")
+    use = PoolUse(engine)
+    await _use(engine, 5)
+    use.new_window()  # the burst's window ended; in the next one, 3 at once keep 5 connections warm
+    job = asyncio.create_task(trim_when_quiet(engine, window_seconds=0.3, use=use))
+    try:
+        for _ in range(4):
+            await _use(engine, 3)
+            await asyncio.sleep(0.1)
+        assert engine.sync_engine.pool.checkedin() == 5
+    finally:
+        job.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await job
+        await engine.dispose()
+
+
 async def test_an_in_memory_database_is_never_trimmed() -> None:
     engine = create_engine("sqlite:///:memory:")
     async with engine.begin() as conn:
         await conn.execute(text("CREATE TABLE t (x INTEGER)"))
-    await asyncio.wait_for(trim_when_quiet(engine, quiet_seconds=0.01), 1)  # returns at once
+    await asyncio.wait_for(trim_when_quiet(engine, window_seconds=0.01), 1)  # returns at once
     async with engine.connect() as conn:
         await conn.execute(text("SELECT * FROM t"))  # the database is still there
     await engine.dispose()
