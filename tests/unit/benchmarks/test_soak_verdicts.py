@@ -1,0 +1,41 @@
+"""bench/soak.py's verdicts: the slope that judges RSS, QUEUED and sizes, and each "Done when" target."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # bench/ is not installed: the repository's
+
+from bench._soak_probe import Outcome, slope_per_min, verdicts
+
+
+def _row(minute: float, rss: float, queued: int, picks: list[float], done: float) -> tuple[float, Any]:
+    sample = {
+        "rss_mb": rss, "queued": queued, "db_mb": 10.0, "wal_mb": 1.0, "worker_per_s": done, "pickup": picks,
+    }  # fmt: skip
+    return minute, sample
+
+
+def test_slope_is_per_minute_and_zero_without_two_points() -> None:
+    assert slope_per_min([(0, 100.0), (1, 101.0), (2, 102.0)]) == 1.0
+    assert slope_per_min([(5, 3.0)]) == 0.0
+
+
+def test_a_flat_run_meets_every_target_and_a_growing_one_does_not() -> None:
+    flat = [_row(m, 130.0, 0, [0.1, 0.2], 1.0) for m in range(1, 11)]
+    outcome = Outcome(idle_rate=3.0, run_arrivals=1.0, idle=(23, 9), after=(25, 10), errors=0, requests=100)
+    assert all(ok for _, _, ok in verdicts(flat, outcome))
+
+    growing = [_row(m, 130.0 + m, 100 * m, [2.0], 0.5) for m in range(1, 11)]
+    leaky = Outcome(idle_rate=3.0, run_arrivals=1.0, idle=(23, 9), after=(60, 25), errors=3, requests=100)
+    failed = {target for target, _, ok in verdicts(growing, leaky) if not ok}
+    assert failed == {
+        "0 errors",
+        "RSS growth, last half < 0.2 MB/min",
+        "fds back to idle ± 5",
+        "QUEUED bounded (arrivals < idle rate)",
+        "worker throughput under load ≥ 50% of idle",
+        "delivery → run started p99 < 1 s",
+    }
