@@ -213,7 +213,10 @@ async def list_deliveries(request: web.Request) -> web.Response:
             )
         )
     fail_on(errors)
-    fp = fingerprint({"list": "deliveries", "webhook": wid, "status": statuses, "outcome": outcome})
+    listing: dict[str, Any] = {"list": "deliveries", "webhook": wid, "status": statuses}
+    if outcome is not None:  # without it, the fingerprint (and an open cursor) stays what it was
+        listing["outcome"] = outcome
+    fp = fingerprint(listing)
     before: int | None = None
     after = page_after(request.query, fp)
     if after is not None:
