@@ -58,8 +58,11 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         @event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
-            # Only takes effect while the file has no tables (a new database); a no-op afterwards.
-            cur.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            # Only a new database (no tables yet) can take it; on an existing one the pragma would wait for
+            # the write lock on every new connection (measured: behind any open write transaction).
+            cur.execute("SELECT count(*) FROM sqlite_master")
+            if cur.fetchone()[0] == 0:
+                cur.execute("PRAGMA auto_vacuum=INCREMENTAL")
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             cur.execute("PRAGMA synchronous=NORMAL")
