@@ -103,8 +103,13 @@ def cli(data: Path, database: str | None, *args: str, stdin: str | None = None) 
     return done.stdout
 
 
+# What a running serve keeps current on its factories (docs/reconcile.md, "Sync status", "Who manages a
+# factory"): its claim is given back when it stops, after the copy was taken, and the next serve writes both.
+RUNTIME = {"factories": ("sync", "manager")}
+
+
 def rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of the :data:`COMPARED` tables, in primary-key order."""
+    """Every row of the :data:`COMPARED` tables, in primary-key order (without :data:`RUNTIME` columns)."""
 
     async def read() -> dict[str, list[tuple[Any, ...]]]:
         engine = create_engine(url)
@@ -113,7 +118,8 @@ def rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
                 out = {}
                 for name in COMPARED:
                     table = Base.metadata.tables[name]
-                    query = select(table).order_by(*table.primary_key.columns)
+                    columns = [c for c in table.columns if c.name not in RUNTIME.get(name, ())]
+                    query = select(*columns).order_by(*table.primary_key.columns)
                     out[name] = [tuple(row) for row in (await conn.execute(query)).all()]
                 return out
         finally:
