@@ -167,7 +167,7 @@ def test_a_webhook_run_uses_its_agents_runner_secret_and_skill(served: Served) -
     assert "prompt-has-agent-prompt=1" in lines, log
     assert 'runner setup 1/1: echo "setup saw ${#DEPLOY_KEY}" > runner-was-here.txt' in lines, log
     assert any("docker image 'ubuntu:24.04' is not used" in line for line in lines), log
-    # the shape's memory becomes the run's limit; its vCPUs cannot be enforced here (docs/workers.md, "Limits")
+    # the shape's memory is the run's limit; its vCPUs cannot be enforced here (docs/workers.md, "Limits")
     assert any("instance shape memory 4 GB; the run's memory limit is 4 GiB" in line for line in lines), log
     assert any("instance shape 2 vCPUs is not enforced" in line for line in lines), log
     assert RUN_SECRET not in log + repr(run) + served.log.read_text()
