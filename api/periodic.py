@@ -23,8 +23,16 @@ Tick = Callable[[web.Application], Awaitable[object]]
 Interval = float | Callable[[web.Application], float]
 
 
-def periodic(name: str, interval_seconds: Interval, tick: Tick, *, log: logging.Logger) -> Lifecycle:
-    """A ``cleanup_ctx`` lifecycle calling ``tick(app)`` now and then every ``interval_seconds``.
+def periodic(
+    name: str,
+    interval_seconds: Interval,
+    tick: Tick,
+    *,
+    log: logging.Logger,
+    first_delay_seconds: float = 0.0,
+) -> Lifecycle:
+    """A ``cleanup_ctx`` lifecycle calling ``tick(app)`` now (or after ``first_delay_seconds``: a job that
+    should not compete with start-up traffic) and then every ``interval_seconds``.
 
     ``interval_seconds`` may be a function of the app, read before each sleep: a job whose interval is a
     setting of a live app (tests shorten it) follows a change without a restart.
@@ -36,6 +44,8 @@ def periodic(name: str, interval_seconds: Interval, tick: Tick, *, log: logging.
         return interval_seconds(app) if callable(interval_seconds) else interval_seconds
 
     async def loop(app: web.Application) -> None:
+        if first_delay_seconds > 0:
+            await asyncio.sleep(first_delay_seconds)
         while True:
             try:
                 await tick(app)

@@ -35,6 +35,7 @@ log = logging.getLogger("factoryctl.maintenance")
 
 LEASE_NAME = "job:maintenance"
 DEFAULT_INTERVAL_SECONDS = 300.0
+FIRST_DELAY_SECONDS = 60.0  # the first pass, after start (docs/operations.md, "Retention")
 LEASE_SECONDS = 900.0  # longer than a pass; a dead holder's lease lapses after this
 MAX_BATCHES = 200  # per table per pass
 PAUSE_SECONDS = 0.02  # between batches: the writer lock goes back to ingress
@@ -147,8 +148,11 @@ def maintenance_job(
     interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
     *,
     holder: str | None = None,
+    first_delay_seconds: float = FIRST_DELAY_SECONDS,
 ) -> Lifecycle:
-    """A ``cleanup_ctx`` lifecycle running :func:`maintenance_pass` now and every ``interval_seconds``."""
+    """A ``cleanup_ctx`` lifecycle running :func:`maintenance_pass` ``first_delay_seconds`` after start (its
+    writes would otherwise meet the start-up's: a restart is often a burst of retried deliveries), then
+    every ``interval_seconds``."""
     me = holder or f"maintenance-{uuid.uuid4().hex[:12]}"
 
     async def tick(app: web.Application) -> PassReport:
@@ -158,7 +162,7 @@ def maintenance_job(
             log.info("retention deleted %s", counts, extra={"deleted": report.deleted})
         return report
 
-    passes = periodic("maintenance", interval_seconds, tick, log=log)
+    passes = periodic("maintenance", interval_seconds, tick, log=log, first_delay_seconds=first_delay_seconds)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         async for _ in passes(app):

@@ -337,7 +337,7 @@ async def test_the_job_runs_with_the_app(engine, sessions, box, tmp_path, aiohtt
         box,
         clock=ManualClock(NOW),
         route_modules=("api.ops",),
-        lifecycles=[maintenance_job(RetentionSettings(run_days=30), 0.05)],
+        lifecycles=[maintenance_job(RetentionSettings(run_days=30), 0.05, first_delay_seconds=0)],
     )
     client = await aiohttp_client(app)
     for _ in range(200):

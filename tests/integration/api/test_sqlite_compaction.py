@@ -61,7 +61,7 @@ async def test_the_job_empties_a_wal_grown_past_its_bound(sqlite_url, box, tmp_p
             engine,
             box,
             route_modules=("api.ops",),
-            lifecycles=[maintenance_job(nothing_to_prune, 0.05)],
+            lifecycles=[maintenance_job(nothing_to_prune, 0.05, first_delay_seconds=0)],
         )
         await aiohttp_client(app)
 
