@@ -282,43 +282,12 @@ def _compile(automation_uid: str, filter_text: str | None) -> payload_filter.Com
         return _NEVER
 
 
-async def match_routes(
-    session: AsyncSession, deliveries: Sequence[tuple[WebhookRow, object]], filters: FilterCache
-) -> list[list[str]]:
-    """For each (webhook, payload): UIDs of the enabled automations with a trigger on that webhook whose
-    payload filter matches (any of its triggers). One SELECT for all the webhooks involved."""
-    return await session.run_sync(lambda s: match_routes_in(s.connection(), deliveries, filters))
-
-
 def routes_in(conn: Connection, webhook_uids: Sequence[str]) -> dict[str, list[Route]]:
     """The routing rows of each webhook, in (automation, trigger) order; one SELECT for all of them."""
     routes: dict[str, list[Route]] = {}
     for row in conn.execute(_ROUTES, {"uids": sorted(set(webhook_uids))}).all():
         routes.setdefault(row[0], []).append(row)  # a Row is that tuple
     return routes
-
-
-def match_routes_in(
-    conn: Connection, deliveries: Sequence[tuple[WebhookRow, object]], filters: FilterCache
-) -> list[list[str]]:
-    """:func:`match_routes` on a synchronous connection."""
-    routes = routes_in(conn, [webhook.uid for webhook, _ in deliveries])
-    result: list[list[str]] = []
-    compiled = filters.compiled
-    for webhook, payload in deliveries:
-        matched: list[str] = []
-        for _, uid, text, _, _, enabled in routes.get(webhook.uid, ()):
-            if enabled and (not matched or matched[-1] != uid) and compiled(uid, text).matches(payload):
-                matched.append(uid)
-        result.append(matched)
-    return result
-
-
-async def matching_automations(
-    session: AsyncSession, webhook: WebhookRow, payload: object, filters: FilterCache
-) -> list[str]:
-    """UIDs of the enabled automations whose trigger on ``webhook`` matches ``payload``."""
-    return (await match_routes(session, [(webhook, payload)], filters))[0]
 
 
 async def load_automations(

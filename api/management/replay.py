@@ -4,7 +4,7 @@ A replay re-evaluates an Accepted delivery against the automations *as they are 
 fixed, an automation added or enabled - and starts a run for each match. It writes a new delivery-log
 entry with status ``Replayed`` and an identity of its own, ``<original delivery ID>/replay/<id>``, which
 carries the original payload and says who replayed what (``detail``). Its runs are built by the very code
-ingress uses (:func:`api.ingress.pipeline.start_runs`, matched by :func:`api.ingress.lookup.match_routes_in`)
+ingress uses (:func:`api.ingress.pipeline.start_runs`, matched by :func:`api.ingress.decisions.decide_in`)
 with that new identity as their ``delivery_id``: the log's "delivery -> runs" listing shows them, and the
 runs' unique index (automation, webhook, delivery) holds without ever refusing a replay. A replay is an
 explicit request, so it is never de-duplicated: replaying twice starts the runs twice.
