@@ -36,6 +36,7 @@ from api.notifications.serialize import endpoint_json
 from api.schedules.serialize import automation_views, schedule_item
 from store.models import Environment, Factory, NotificationEndpoint, Schedule
 from store.rules.vocabulary import SIGNATURE_SCHEMES
+from store.snapshot import snapshot_reads
 
 NO_WEBHOOK: Final = "No such webhook."
 DELIVERIES: Final = 50
@@ -54,6 +55,7 @@ def _notice(request: web.Request) -> str | None:
 
 async def _factory_context(request: web.Request, user: ConsoleUser, uid: str) -> dict[str, Any]:
     async with request.app[SESSIONS]() as session:
+        await snapshot_reads(session)  # conditions and apply history of the same moment
         # held before factory_detail, whose own lookup then finds it in the session's (weak) identity map
         factory = await session.get(Factory, uid)
         with or_404("No such factory."):

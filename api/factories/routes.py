@@ -32,6 +32,7 @@ from api.runs.routes import creator_of
 from store import ids
 from store.models import ApplyRecord, Automation, Factory, FactoryObject, Webhook
 from store.rules.vocabulary import RunSource
+from store.snapshot import snapshot_reads
 
 FOREMAN = "foreman"  # the foreman of a legacy or API-created factory
 
@@ -116,6 +117,7 @@ async def get_factory(request: web.Request) -> web.Response:
     """``GET /factory/{uid}``: the factory with its live webhooks, automations and last apply."""
     who = await require(request, "member")
     async with sessions(request)() as session:
+        await snapshot_reads(session)  # conditions and last apply of the same moment
         body = await factory_detail(
             session, who.team_id, request.match_info["uid"], request.app[SETTINGS].base_url
         )
