@@ -30,6 +30,7 @@ from api.context import (
     REGISTRY,
     SESSIONS,
     SETTINGS,
+    SIDE_CONNECTIONS,
     ReconcileTrigger,
     ServerSettings,
 )
@@ -98,6 +99,7 @@ def create_app(
     app[BOX] = box
     app[REGISTRY] = registry
     app[RECONCILE] = ReconcileTrigger()
+    app[SIDE_CONNECTIONS] = []
     app[AUTH_FAILURES] = budget_for(
         engine, app[CLOCK], settings.client_auth_failure_limit, settings.trusted_proxies
     )
@@ -115,7 +117,9 @@ def create_app(
 async def _trim_quiet_pool(app: web.Application) -> AsyncIterator[None]:
     """Pooled connections beyond the last minute's peak use close, so descriptors and threads return to
     idle after load (:mod:`store.pool_trim`; docs/operations.md, "Fair sharing (SQLite)")."""
-    task = asyncio.create_task(trim_when_quiet(app[ENGINE]), name="pool-trim")
+    closers = app[SIDE_CONNECTIONS]
+    side = tuple(closers)
+    task = asyncio.create_task(trim_when_quiet(app[ENGINE], side=side), name="pool-trim")
     try:
         yield
     finally:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +83,9 @@ class ReconcileTrigger:
 
 
 RECONCILE = web.AppKey("reconcile_trigger", ReconcileTrigger)
+# Closers of the store's connections held outside the engine's pool (SQLite's ingress writer and reader),
+# run when the quiet-pool trim empties the pool (store/pool_trim.py).
+SIDE_CONNECTIONS: web.AppKey[list[Callable[[], Awaitable[None]]]] = web.AppKey("side_connections")
 
 
 def sessions(request: web.Request) -> async_sessionmaker[AsyncSession]:

@@ -9,6 +9,13 @@ that moment, a fresh empty pool takes the engine's next checkouts and the old po
 Background pollers (service-hosted workers peek every 0.5 s) use one or two connections, so a quiet
 server keeps about that many; the next burst opens connections again.
 
+On SQLite, closing some connections is not enough: a connection closed while another connection of the
+process holds a lock on the same file (in WAL mode every open connection holds one for its whole life)
+leaves its database descriptor open, parked for reuse by a later open, until the last lock of the
+process on that file goes. So a trim also closes the store's connections held outside the pool
+(``side``: the ingress writer and reader), and when a checkout opened a connection while the trim was
+closing the others, the next quiet window trims again (docs/operations.md, "Descriptors and threads").
+
 A pool that is not a queue pool (an in-memory SQLite database's single static connection, which *is* the
 database) is never trimmed.
 """
@@ -16,7 +23,7 @@ database) is never trimmed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sqlalchemy import event
@@ -33,13 +40,14 @@ class PoolUse:
     pool events, so they keep counting for the fresh pool a trim installs and the old one it empties)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self.in_use = self.peak = 0
+        self.in_use = self.peak = self.checkouts = 0
         sync = engine.sync_engine
         event.listen(sync, "checkout", self._out)
         event.listen(sync, "checkin", self._in)
 
     def _out(self, *_args: Any) -> None:
         self.in_use += 1
+        self.checkouts += 1
         self.peak = max(self.peak, self.in_use)
 
     def _in(self, *_args: Any) -> None:
@@ -60,22 +68,32 @@ async def trim_when_quiet(
     *,
     window_seconds: float = WINDOW_SECONDS,
     use: PoolUse | None = None,
+    side: Sequence[Callable[[], Awaitable[None]]] = (),
     on_trim: Callable[[], None] = lambda: None,
 ) -> None:
     """Run until cancelled: once a window, empty ``engine``'s pool when it holds more than the window's peak
-    use plus :data:`SPARE` idle connections and none is checked out."""
+    use plus :data:`SPARE` idle connections and none is checked out; then await each of ``side`` (closers
+    of the store's connections held outside the pool, reopened when next needed)."""
     if not trimmable(engine):
         return
     use = use or PoolUse(engine)
+    sqlite = engine.dialect.name == "sqlite"
+    settled = True  # False: the last trim could not close every connection of the SQLite file at once
     while True:
         await asyncio.sleep(window_seconds)
         peak = use.new_window()
         pool = engine.sync_engine.pool
-        if not isinstance(pool, QueuePool) or pool.checkedout() or pool.checkedin() <= peak + SPARE:
+        if not isinstance(pool, QueuePool) or pool.checkedout():
             continue
+        if settled and pool.checkedin() <= peak + SPARE:
+            continue
+        checkouts = use.checkouts
         # A fresh pool first (no await before it, so no checkout can slip in between), then the old pool's
         # idle connections close: a checkout meanwhile opens a connection in the new pool, never in the
         # pool being emptied.
         await engine.dispose(close=False)
         await greenlet_spawn(pool.dispose)
+        for close in side:
+            await close()
+        settled = not sqlite or use.checkouts == checkouts
         on_trim()

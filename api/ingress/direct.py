@@ -160,6 +160,12 @@ class DirectSqlite:
             self._reader.close()
             self._reader = None
 
+    async def release(self) -> None:
+        """Close both connections until they are next needed (each reopens on its next use), so a quiet
+        process can close every connection of the file at once (:mod:`store.pool_trim`)."""
+        self._close_reader()
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._close_writer)
+
     async def close(self) -> None:
         """Close both connections; the writer's on its own thread, after any queued work."""
         await asyncio.get_running_loop().run_in_executor(self._executor, self._close_writer)

@@ -36,7 +36,7 @@ from prometheus_client import Counter as MetricCounter
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api import AuthenticationRequired, BadRequest, PayloadTooLarge, ResourceNotFound
-from api.context import BOX, CLOCK, ENGINE, REGISTRY, SESSIONS, SETTINGS
+from api.context import BOX, CLOCK, ENGINE, REGISTRY, SESSIONS, SETTINGS, SIDE_CONNECTIONS
 from api.http.jsonlimits import InvalidJson, loads_limited
 from api.ingress import github, pipeline
 from api.ingress.direct import DirectSqlite
@@ -248,6 +248,8 @@ def setup(app: web.Application) -> None:
         ),
         direct=direct,
     )
+    if direct is not None:
+        app[SIDE_CONNECTIONS].append(direct.release)
     app.cleanup_ctx.append(_writer_lifecycle)
     app.router.add_post("/webhooks/w/{uid}", receive)
     app.router.add_post("/webhooks/w/{uid}/{token}", receive)

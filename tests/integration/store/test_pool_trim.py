@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import sqlite3
 from pathlib import Path
 
 from sqlalchemy import event, text
@@ -75,3 +77,67 @@ async def test_an_in_memory_database_is_never_trimmed() -> None:
     async with engine.connect() as conn:
         await conn.execute(text("SELECT * FROM t"))  # the database is still there
     await engine.dispose()
+
+
+def _open_descriptors(path: Path) -> int:
+    """Descriptors of this process open on the database file ``path`` itself (not its WAL or shm)."""
+    fds = Path("/proc/self/fd")
+    count = 0
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            count += os.readlink(fd) == str(path)
+    return count
+
+
+async def test_sqlite_descriptors_go_when_every_connection_of_the_file_closes(tmp_path: Path) -> None:
+    """SQLite parks the descriptor of a connection closed while another one of the process holds a lock on
+    the file; a trim closes the side connections too, and tries again when a checkout got in its way."""
+    path = tmp_path / "pool.db"
+    engine = create_engine(f"sqlite:///{path}")
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE t (x INTEGER)"))
+    side = sqlite3.connect(path)  # like the ingress writer: held outside the pool, in WAL mode
+    side.execute("SELECT * FROM t").fetchall()
+    interfered = False
+
+    async def close_side() -> None:
+        nonlocal interfered
+        if not interfered:  # a poller's checkout while the trim closes: the file stays locked throughout
+            interfered = True
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT * FROM t"))
+        side.close()
+
+    trims: list[int] = []
+    second = asyncio.Event()
+
+    def trimmed() -> None:
+        trims.append(_open_descriptors(path))
+        if len(trims) == 2:
+            second.set()
+
+    job = asyncio.create_task(
+        trim_when_quiet(
+            engine,
+            window_seconds=0.3,
+            side=[close_side],
+            on_trim=trimmed,
+        )
+    )
+    try:
+        await _use(engine, 6)
+        assert _open_descriptors(path) == 7
+        async with asyncio.timeout(5):
+            await second.wait()
+        # the first trim met a checkout: the parked descriptors stayed; the second closed them all
+        assert trims[0] >= 6 and trims[1] == 0, trims
+        await asyncio.sleep(0.7)
+        assert len(trims) == 2  # settled: a quiet pool within its peak is left alone
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar_one() == 0
+        assert _open_descriptors(path) == 1
+    finally:
+        job.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await job
+        await engine.dispose()
