@@ -195,7 +195,12 @@ async def soak(args: argparse.Namespace, db_url: str, work: Path) -> int:
             "FACTORY_SOAK_TRACEMALLOC_DIR": str(work / "tracemalloc"),
             "FACTORY_SOAK_TRACEMALLOC_SECONDS": str(args.tracemalloc),
         }
-    async with serving(work, db_url, workers=args.workers, stream_clients=streams, env=env) as served:
+    extra: tuple[str, ...] = ()
+    if args.run_retention_minutes is not None:  # so retention deletes within the soak's hour
+        extra = ("--run-retention-days", f"{args.run_retention_minutes / 1440:.6f}")
+    async with serving(
+        work, db_url, workers=args.workers, stream_clients=streams, env=env, extra=extra
+    ) as served:
         load = Load(served)
         await asyncio.sleep(2)  # the first reconcile and the workers' first poll
         idle = probe.proc_stats(served.server.pid)[1:]
@@ -311,6 +316,11 @@ async def main() -> int:
     parser.add_argument("--settle", type=float, default=30.0, help="seconds after the drain before fds")
     parser.add_argument(
         "--tracemalloc", type=float, metavar="SECONDS", help="tracemalloc in serve, a snapshot every SECONDS"
+    )
+    parser.add_argument(
+        "--run-retention-minutes",
+        type=float,
+        help="serve --run-retention-days as minutes (the maintenance job deletes every 5 minutes)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (serve.log, the DB)")
     args = parser.parse_args()

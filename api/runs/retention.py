@@ -47,7 +47,7 @@ class RetentionSettings:
     """The ages docs/operations.md, "Retention" documents: ``run_days`` is ``serve --run-retention-days``,
     ``run_log_days`` ``FACTORY_RUN_LOG_RETENTION_DAYS`` (a run's log lines may go before the run)."""
 
-    run_days: int = 30
+    run_days: float = 30  # fractions too (0.25: six hours), for stores that take many runs a day
     run_log_days: int = 30
     notification_days: int = 14
     console_session_days: int = 1
@@ -65,7 +65,7 @@ class RetentionSettings:
                 raise ValueError(f"{name} must be 0 (keep for ever) or more")
 
 
-def _days(count: int) -> dt.timedelta | None:
+def _days(count: float) -> dt.timedelta | None:
     return dt.timedelta(days=count) if count > 0 else None
 
 

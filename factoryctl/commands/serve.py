@@ -124,11 +124,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--run-retention-days",
-        type=int,
+        type=float,
         default=None,
         metavar="N",
         help="finished runs kept this many days, with their events, logs and artifacts (30; 0 = for ever; "
-        "env FACTORY_RUN_RETENTION_DAYS)",
+        "0.25 = 6 hours; env FACTORY_RUN_RETENTION_DAYS)",
     )
     add_log_format_flag(p)
     p.add_argument(

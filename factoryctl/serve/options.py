@@ -127,9 +127,11 @@ class ServeOptions:
             raise ValueError("FACTORY_SKILLS_FAILURE_SECONDS must be 0 or more")
         if settings.run_log_retention_days < 0:
             raise ValueError("FACTORY_RUN_LOG_RETENTION_DAYS must be 0 (keep run logs) or more")
-        run_days = pick(getattr(args, "run_retention_days", None), "RUN_RETENTION_DAYS", 30, int)
-        if run_days < 0:
-            raise ValueError("--run-retention-days must be 0 (keep runs for ever) or more")
+        run_days = pick(getattr(args, "run_retention_days", None), "RUN_RETENTION_DAYS", 30.0, float)
+        if not 0 <= run_days <= 36_500:  # (a NaN fails too; an infinity has no date)
+            raise ValueError(
+                "--run-retention-days must be 0 (keep runs for ever) or a number of days up to 36500"
+            )
         retention = RetentionSettings(run_days=run_days, run_log_days=settings.run_log_retention_days)
         workers = pick(args.workers, "WORKERS", 2, int)
         if workers < 0:

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
 
-from api.runs.retention import RetentionSettings
+from api.runs.retention import RetentionSettings, policies
 from factoryctl.cli import build_parser
 from factoryctl.context import CliContext
 from factoryctl.serve.options import ServeOptions
@@ -28,3 +29,15 @@ def test_defaults_then_variables_then_flags(tmp_path: Path) -> None:
 def test_a_negative_age_stops_the_start(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--run-retention-days must be 0"):
         options(["--run-retention-days", "-1"], {}, tmp_path)
+
+
+def test_a_fraction_of_a_day_keeps_runs_hours(tmp_path: Path) -> None:
+    retention = options(["--run-retention-days", "0.25"], {}, tmp_path).retention
+    assert policies(retention)[0].keep == dt.timedelta(hours=6)
+    assert options([], {"FACTORY_RUN_RETENTION_DAYS": "1.5"}, tmp_path).retention.run_days == 1.5
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "40000"])
+def test_an_age_that_is_no_date_stops_the_start(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ValueError, match="--run-retention-days must be 0"):
+        options([], {"FACTORY_RUN_RETENTION_DAYS": value}, tmp_path)
