@@ -30,6 +30,7 @@ from api.periodic import periodic
 from api.runs import events, stream_grants
 from api.runs.claim_signal import ClaimSignal, wake_claimers
 from api.runs.stream_grants import Grant
+from api.runs.team_feed import TeamFeed
 
 log = logging.getLogger("factoryctl.events")
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -68,6 +69,7 @@ class EventHub:
         self.open_by_key: collections.Counter[str] = collections.Counter()
         self.tickets: set[Ticket] = set()
         self._last_seen: tuple[int | None, int | None] | None = None
+        self.team_feeds: dict[str, TeamFeed] = {}
         self._next_grant_check = 0.0
 
     @property
@@ -95,6 +97,20 @@ class EventHub:
             self.open_by_key[key_id] -= 1
             if not self.open_by_key[key_id]:
                 del self.open_by_key[key_id]
+
+    @contextlib.contextmanager
+    def team_feed(self, team_id: str) -> Iterator[TeamFeed]:
+        """The team's shared reader (:mod:`api.runs.team_feed`) while one of its streams is open."""
+        feed = self.team_feeds.get(team_id)
+        if feed is None:
+            feed = self.team_feeds[team_id] = TeamFeed(team_id, self.settings.batch)
+        feed.users += 1
+        try:
+            yield feed
+        finally:
+            feed.users -= 1
+            if not feed.users:
+                del self.team_feeds[team_id]
 
     async def probe(self, app: web.Application) -> None:
         """Wake the streams when the event log changed since the last probe (any writer, any replica).

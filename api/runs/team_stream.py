@@ -3,6 +3,7 @@
 Dashboards follow every run of a team on one connection. The stream reads the team's events in (txid, id)
 order below the commit horizon (:func:`api.runs.events.read_ordered`), so an event that commits after one
 with a higher id is still delivered, once and in order; the SSE id is that position as an opaque cursor.
+The team's streams in this process share one reader (:mod:`api.runs.team_feed`).
 Filters (``factory_uid``, ``state``, ``logs``) are applied here, after the read, and the scan position moves
 past every row read — matching or not — so a filtered-out firehose is read once, never again; when the
 rows after the last sent event were all filtered out, an id-only frame tells the client where the scan
@@ -124,21 +125,21 @@ async def follow_team(
     hub, told = writer.hub, position  # told: the position the client would resume from
     if not resumed:
         await writer.send(_position_frame(position))
-    while writer.open:
-        wake = hub.signal.current()
-        async with app[SESSIONS]() as session:
-            rows = await events.read_ordered(session, position, hub.settings.batch, team_id=team_id)
-        for row in rows:
-            position = events.position_of(row)
-            if wanted.matches(row):
+    with hub.team_feed(team_id) as feed:  # the team's events are read once for all its streams
+        while writer.open:
+            wake = hub.signal.current()
+            batch = await feed.after(app[SESSIONS], position, hub.signal, wake)
+            for row in batch.rows:
+                position = events.position_of(row)
+                if wanted.matches(row):
+                    told = position
+                    await writer.send(frame(row, events.format_position(position)))
+            if batch.more:
+                continue
+            if told != position:  # only filtered-out rows since the last event: move the client past them
                 told = position
-                await writer.send(frame(row, events.format_position(position)))
-        if len(rows) == hub.settings.batch:
-            continue
-        if told != position:  # only filtered-out rows since the last event: move the client past them
-            told = position
-            await writer.send(_position_frame(position))
-        await writer.pause(wake)
+                await writer.send(_position_frame(position))
+            await writer.pause(wake)
 
 
 async def team_events(request: web.Request) -> web.StreamResponse:

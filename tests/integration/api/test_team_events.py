@@ -448,3 +448,65 @@ async def test_an_event_written_on_one_replica_reaches_a_team_stream_on_another(
     got = await stream.until(state_of(run_id, "QUEUED"), within=5)
     assert [e["run_id"] for e in got] == [run_id]
     stream.resp.close()
+
+
+def team_reads(statements: list[str]) -> int:
+    """How many of ``statements`` read a team's events in stream order (:func:`events.read_ordered`)."""
+    return sum(
+        "FROM run_events" in s
+        and "run_events.team_id" in s
+        and "ORDER BY run_events.txid, run_events.id" in s
+        for s in statements
+    )
+
+
+async def test_the_streams_of_a_team_share_one_reader(
+    client: Any, engine: AsyncEngine, member_key: str
+) -> None:
+    """Eight dashboards get every event once and in order, while the store reads each batch once for all
+    of them (docs/events.md, "Team stream"): before, every stream read every event itself."""
+    await settled(engine)
+    streams = [(await open_live(client, member_key))[0] for _ in range(8)]
+    read: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        read.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        runs = [await new_run(client, member_key) for _ in range(10)]
+        for run_id in runs:
+            await call(client, member_key, f"{RUNS}/{run_id}/cancel")
+        got = [await s.until(state_of(runs[-1], "CANCELLED")) for s in streams]
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+    commits = 2 * len(runs)
+    assert [(e["run_id"], e["data"]["state"]) for e in got[0]] == [(r, "QUEUED") for r in runs] + [
+        (r, "CANCELLED") for r in runs
+    ]
+    assert all(g == got[0] for g in got) and ordered(got[0])
+    # one read per wake-up (a commit, or the probe seeing one), not one per stream: 8 streams read alone
+    # made at least 8 reads per commit
+    assert team_reads(read) <= 2 * commits + 4, team_reads(read)
+    for s in streams:
+        s.resp.close()
+
+
+async def test_a_stream_behind_the_shared_window_reads_alone_and_misses_nothing(
+    client: Any, api_app: Any, engine: AsyncEngine, member_key: str
+) -> None:
+    api_app[EVENT_HUB].settings.batch = 3  # a window of 12 events
+    await settled(engine)
+    leader, start_cursor = await open_live(client, member_key)
+    runs = [await new_run(client, member_key) for _ in range(10)]
+    for run_id in runs:
+        await call(client, member_key, f"{RUNS}/{run_id}/cancel")
+    done = state_of(runs[-1], "CANCELLED")
+    everything = await leader.until(done)  # the leader keeps the feed's window at the newest 12 events
+    assert len(everything) == 20 and ordered(everything)
+    for cut in (start_cursor, everything[3]["cursor"], everything[12]["cursor"]):  # behind, and inside
+        again = await open_stream(client, member_key, **{"Last-Event-ID": cut})
+        tail = [e for e in everything if events.parse_position(e["cursor"]) > events.parse_position(cut)]
+        assert await again.until(done) == tail
+        again.resp.close()
+    leader.resp.close()
