@@ -2,9 +2,10 @@
 
 A job runs once at start-up and then every ``interval_seconds`` until the app stops; a failing
 tick is logged and retried on the next one (a database that is down or full is one warning line, without a
-traceback), and on shutdown
-the task is cancelled and awaited, so no job outlives the app (docs/architecture.md, "Rules the
-code keeps").
+traceback). On shutdown a sleeping job stops at once and a tick in progress may finish (up to
+:data:`STOP_GRACE_SECONDS`) before the task is cancelled: a tick cancelled inside a database call leaves
+a pooled connection cut off in its rollback (a traceback in the log at every restart under load). Either
+way the task is awaited, so no job outlives the app (docs/architecture.md, "Rules the code keeps").
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ from api.problems import store_unavailable
 Lifecycle = Callable[[web.Application], AsyncIterator[None]]
 Tick = Callable[[web.Application], Awaitable[object]]
 Interval = float | Callable[[web.Application], float]
+STOP_GRACE_SECONDS = 5.0
+
+
+async def _stopped(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` or until ``stop`` is set; whether it is."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+    return stop.is_set()
 
 
 def periodic(
@@ -43,10 +52,10 @@ def periodic(
     def interval(app: web.Application) -> float:
         return interval_seconds(app) if callable(interval_seconds) else interval_seconds
 
-    async def loop(app: web.Application) -> None:
-        if first_delay_seconds > 0:
-            await asyncio.sleep(first_delay_seconds)
-        while True:
+    async def loop(app: web.Application, stop: asyncio.Event) -> None:
+        if first_delay_seconds > 0 and await _stopped(stop, first_delay_seconds):
+            return
+        while not stop.is_set():
             try:
                 await tick(app)
             except Exception as exc:  # retried on the next tick
@@ -55,13 +64,17 @@ def periodic(
                     log.exception("%s failed; retrying in %gs", name, interval(app))
                 else:  # expected while the database is down: one line, no traceback
                     log.warning("%s: store unavailable (%s); retrying in %gs", name, reason, interval(app))
-            await asyncio.sleep(interval(app))
+            if await _stopped(stop, interval(app)):
+                return
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(loop(app), name=name)
+        stop = asyncio.Event()
+        task = asyncio.create_task(loop(app, stop), name=name)
         try:
             yield
         finally:
+            stop.set()
+            await asyncio.wait({task}, timeout=STOP_GRACE_SECONDS)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

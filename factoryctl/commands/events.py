@@ -14,8 +14,12 @@ line (``cursor`` included).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from factoryctl.commands._http import UsageError, common_options, handler
@@ -72,6 +76,24 @@ def line(event: TeamStreamEvent) -> str:
     return f"{head}  [{event.kind}] {json.dumps(data, sort_keys=True)}"
 
 
+@contextlib.contextmanager
+def _ctrl_c_after() -> Iterator[None]:
+    """Hold a Ctrl-C that comes inside the block until the block is done. Ctrl-C right after a line appeared
+    used to land inside ``print`` before the cursor moved: the resume cursor was one event behind, and the
+    resumed stream showed that event again."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
+
+
 def _follow(client: FactoryClient, args: argparse.Namespace) -> int:
     if args.state and args.logs:
         raise UsageError("--state selects state changes only; it cannot be combined with --logs")
@@ -80,8 +102,9 @@ def _follow(client: FactoryClient, args: argparse.Namespace) -> int:
     last = args.after
     try:
         for event in stream:
-            print(json.dumps(event.raw) if args.format == "json" else line(event), flush=True)
-            last = event.cursor or last
+            with _ctrl_c_after():  # a line printed is a line the resume cursor counts
+                print(json.dumps(event.raw) if args.format == "json" else line(event), flush=True)
+                last = event.cursor or last
     except KeyboardInterrupt:
         resume = f"; resume with --after {last}" if last else ""
         print(f"stopped{resume}", file=sys.stderr)
