@@ -47,6 +47,9 @@ class StreamSettings:
     retry_ms: int = 2000  # the ``retry:`` hint: how long a client waits before reconnecting
     shutdown_grace_seconds: float = 5.0  # streams still running after this are cancelled
     auth_check_seconds: float = 2.0  # how often open streams' keys and console sessions are re-checked
+    # A stream reads at most this often: a burst of commits (every ingress batch and worker write wakes every
+    # stream) costs one read per stream, not one per commit.
+    min_read_interval: float = 0.1
 
 
 @dataclass(eq=False)
@@ -190,6 +193,7 @@ class SseWriter:
 
     def __init__(self, hub: EventHub, ticket: Ticket, resp: web.StreamResponse) -> None:
         self.hub, self.ticket, self.resp, self.last_write = hub, ticket, resp, time.monotonic()
+        self._woken = 0.0  # when the last pause ended (the stream then read)
 
     @property
     def open(self) -> bool:
@@ -203,12 +207,18 @@ class SseWriter:
 
     async def pause(self, wake: asyncio.Event) -> None:
         """Wait for ``wake`` (taken before the read that just caught up), or write a heartbeat when the
-        stream has been quiet for ``heartbeat_seconds``; either way the caller reads again next."""
+        stream has been quiet for ``heartbeat_seconds``; either way the caller reads again next — but not
+        sooner than ``min_read_interval`` after its last read, so the wake-ups of a burst of commits
+        collapse into one read (what they committed is read then, none of it is lost)."""
         idle = time.monotonic() - self.last_write
         if idle >= self.hub.settings.heartbeat_seconds:
             await self.send(b": heartbeat\n\n")
             return
         await ClaimSignal.wait(wake, self.hub.settings.heartbeat_seconds - idle)
+        rest = self._woken + self.hub.settings.min_read_interval - time.monotonic()
+        if rest > 0 and self.open:
+            await asyncio.sleep(rest)
+        self._woken = time.monotonic()
 
 
 Follow = Callable[[SseWriter], Awaitable[None]]

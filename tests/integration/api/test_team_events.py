@@ -510,3 +510,34 @@ async def test_a_stream_behind_the_shared_window_reads_alone_and_misses_nothing(
         assert await again.until(done) == tail
         again.resp.close()
     leader.resp.close()
+
+
+async def test_a_burst_of_commits_costs_a_stream_one_read_per_interval(
+    client: Any, api_app: Any, engine: AsyncEngine, member_key: str, worker_key: str
+) -> None:
+    """Every commit wakes every stream; a stream still reads at most once per ``min_read_interval`` and
+    loses nothing of the burst (docs/events.md, "Bounds")."""
+    api_app[EVENT_HUB].settings.min_read_interval = 1.0
+    run_id = await new_run(client, member_key)
+    await start(client, worker_key, run_id)
+    await settled(engine)
+    stream, _ = await open_live(client, member_key, "?logs=true")
+    read: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        read.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    began = time.monotonic()
+    try:
+        for n in range(30):  # thirty commits, each waking the stream
+            await worker(
+                client, worker_key, f"/runs/{run_id}/logs", {"lines": [{"stream": "stdout", "text": f"l{n}"}]}
+            )
+        got = await stream.until(lambda e: e["kind"] == "log" and e["data"]["text"] == "l29")
+        elapsed = time.monotonic() - began
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+    assert [e["data"]["text"] for e in got] == [f"l{n}" for n in range(30)]
+    assert team_reads(read) <= elapsed / 1.0 + 2, (team_reads(read), elapsed)
+    stream.resp.close()
