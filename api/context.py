@@ -29,7 +29,7 @@ class ServerSettings:
     client_auth_failure_limit: int = 30
     trusted_proxies: tuple[str, ...] = ()
     max_body_bytes: int = 262_144
-    delivery_retention_days: int = 7
+    delivery_retention_days: float = 7  # fractions too (0.5: twelve hours)
     delivery_retention_count: int = 50
     lease_seconds: float = 30.0
     claim_wait_max_seconds: float = 30.0

@@ -198,6 +198,8 @@ async def soak(args: argparse.Namespace, db_url: str, work: Path) -> int:
     extra: tuple[str, ...] = ()
     if args.run_retention_minutes is not None:  # so retention deletes within the soak's hour
         extra = ("--run-retention-days", f"{args.run_retention_minutes / 1440:.6f}")
+    if args.delivery_retention_minutes is not None:
+        extra += ("--delivery-retention-days", f"{args.delivery_retention_minutes / 1440:.6f}")
     async with serving(
         work, db_url, workers=args.workers, stream_clients=streams, env=env, extra=extra
     ) as served:
@@ -321,6 +323,11 @@ async def main() -> int:
         "--run-retention-minutes",
         type=float,
         help="serve --run-retention-days as minutes (the maintenance job deletes every 5 minutes)",
+    )
+    parser.add_argument(
+        "--delivery-retention-minutes",
+        type=float,
+        help="serve --delivery-retention-days as minutes (the delivery log is pruned every 5 minutes)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (serve.log, the DB)")
     args = parser.parse_args()

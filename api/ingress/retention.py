@@ -36,7 +36,7 @@ PAUSE_SECONDS = 0.02
 
 
 async def prune_deliveries(
-    engine: AsyncEngine, *, now: dt.datetime, keep_days: int, keep_count: int, batch: int = BATCH_ROWS
+    engine: AsyncEngine, *, now: dt.datetime, keep_days: float, keep_count: int, batch: int = BATCH_ROWS
 ) -> int:
     """Delete entries older than ``keep_days`` beyond the newest ``keep_count`` per webhook; returns count."""
     cutoff = now - dt.timedelta(days=keep_days)

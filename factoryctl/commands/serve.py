@@ -118,7 +118,12 @@ def register(sub: Any) -> None:
         help="a reverse proxy whose X-Forwarded-For names the client address (repeatable)",
     )
     p.add_argument("--max-body-bytes", type=int, default=None, help="largest accepted body (262144)")
-    p.add_argument("--delivery-retention-days", type=int, default=None, help="delivery log days kept (7)")
+    p.add_argument(
+        "--delivery-retention-days",
+        type=float,
+        default=None,
+        help="delivery log days kept (7; 0.5 = 12 hours)",
+    )
     p.add_argument(
         "--delivery-retention-count", type=int, default=None, help="delivery log entries kept (50)"
     )

@@ -93,7 +93,7 @@ class ServeOptions:
             ),
             trusted_proxies=trusted_proxies(args.trusted_proxy, env.get("FACTORY_TRUSTED_PROXIES", "")),
             max_body_bytes=pick(args.max_body_bytes, "MAX_BODY_BYTES", 262_144, int),
-            delivery_retention_days=pick(args.delivery_retention_days, "DELIVERY_RETENTION_DAYS", 7, int),
+            delivery_retention_days=pick(args.delivery_retention_days, "DELIVERY_RETENTION_DAYS", 7.0, float),
             delivery_retention_count=pick(args.delivery_retention_count, "DELIVERY_RETENTION_COUNT", 50, int),
             skills_source=pick(args.skills_source, "SKILLS_SOURCE", None),
             skills_cache_max_bytes=pick(None, "SKILLS_CACHE_MAX_BYTES", 512 * 1024 * 1024, int),
@@ -125,6 +125,8 @@ class ServeOptions:
                 raise ValueError(f"{label} must be at least 1")
         if settings.skills_failure_seconds < 0:
             raise ValueError("FACTORY_SKILLS_FAILURE_SECONDS must be 0 or more")
+        if not 0 <= settings.delivery_retention_days <= 36_500:  # (a NaN fails too)
+            raise ValueError("--delivery-retention-days must be 0 or days up to 36500")
         if settings.run_log_retention_days < 0:
             raise ValueError("FACTORY_RUN_LOG_RETENTION_DAYS must be 0 (keep run logs) or more")
         run_days = pick(getattr(args, "run_retention_days", None), "RUN_RETENTION_DAYS", 30.0, float)

@@ -41,3 +41,9 @@ def test_a_fraction_of_a_day_keeps_runs_hours(tmp_path: Path) -> None:
 def test_an_age_that_is_no_date_stops_the_start(tmp_path: Path, value: str) -> None:
     with pytest.raises(ValueError, match="--run-retention-days must be 0"):
         options([], {"FACTORY_RUN_RETENTION_DAYS": value}, tmp_path)
+
+
+def test_the_delivery_log_keeps_fractions_of_a_day_too(tmp_path: Path) -> None:
+    assert options(["--delivery-retention-days", "0.5"], {}, tmp_path).settings.delivery_retention_days == 0.5
+    with pytest.raises(ValueError, match="--delivery-retention-days must be 0"):
+        options([], {"FACTORY_DELIVERY_RETENTION_DAYS": "nan"}, tmp_path)
