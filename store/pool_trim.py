@@ -14,7 +14,8 @@ process holds a lock on the same file (in WAL mode every open connection holds o
 leaves its database descriptor open, parked for reuse by a later open, until the last lock of the
 process on that file goes. So a trim also closes the store's connections held outside the pool
 (``side``: the ingress writer and reader), and when a checkout opened a connection while the trim was
-closing the others, the next quiet window trims again (docs/operations.md, "Descriptors and threads").
+closing the others, it tries again two seconds later, until one trim closes them all at once
+(docs/operations.md, "Descriptors and threads").
 
 A pool that is not a queue pool (an in-memory SQLite database's single static connection, which *is* the
 database) is never trimmed.
@@ -32,6 +33,7 @@ from sqlalchemy.pool import QueuePool
 from sqlalchemy.util import greenlet_spawn
 
 WINDOW_SECONDS = 60.0
+RETRY_SECONDS = 2.0  # after a trim a checkout got in the way of (SQLite): try again this soon
 SPARE = 2  # idle connections kept beyond the window's peak use
 
 
@@ -80,7 +82,7 @@ async def trim_when_quiet(
     sqlite = engine.dialect.name == "sqlite"
     settled = True  # False: the last trim could not close every connection of the SQLite file at once
     while True:
-        await asyncio.sleep(window_seconds)
+        await asyncio.sleep(window_seconds if settled else min(window_seconds, RETRY_SECONDS))
         peak = use.new_window()
         pool = engine.sync_engine.pool
         if not isinstance(pool, QueuePool) or pool.checkedout():
