@@ -24,6 +24,14 @@ async def _use(engine: AsyncEngine, n: int) -> None:
     await asyncio.gather(*(one() for _ in range(n)))
 
 
+async def _stop(job: asyncio.Task[None], engine: AsyncEngine) -> None:
+    """End the trim job and the engine (each test's cleanup)."""
+    job.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await job
+    await engine.dispose()
+
+
 async def test_idle_connections_beyond_the_peak_use_are_closed(tmp_path: Path) -> None:
     engine = create_engine(f"sqlite:///{tmp_path / 'pool.db'}")
     closes: list[object] = []
@@ -45,10 +53,7 @@ async def test_idle_connections_beyond_the_peak_use_are_closed(tmp_path: Path) -
             assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
         assert engine.sync_engine.pool.checkedin() == 1
     finally:
-        job.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await job
-        await engine.dispose()
+        await _stop(job, engine)
 
 
 async def test_connections_within_the_peak_use_stay(tmp_path: Path) -> None:
@@ -63,10 +68,7 @@ async def test_connections_within_the_peak_use_stay(tmp_path: Path) -> None:
             await asyncio.sleep(0.1)
         assert engine.sync_engine.pool.checkedin() == 5
     finally:
-        job.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await job
-        await engine.dispose()
+        await _stop(job, engine)
 
 
 async def test_an_in_memory_database_is_never_trimmed() -> None:
@@ -137,7 +139,4 @@ async def test_sqlite_descriptors_go_when_every_connection_of_the_file_closes(tm
             assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar_one() == 0
         assert _open_descriptors(path) == 1
     finally:
-        job.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await job
-        await engine.dispose()
+        await _stop(job, engine)
