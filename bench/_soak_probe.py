@@ -8,6 +8,7 @@ computed from the table alone (:func:`verdicts`): the targets are issue 29's "Do
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import statistics
 import time
@@ -107,6 +108,33 @@ def tracemalloc_growth(directory: Path, minutes: float, top: int = 12) -> list[s
         frame = stat.traceback[0]
         where = f"{frame.filename.split('site-packages/')[-1].split('/main/')[-1]}:{frame.lineno}"
         lines.append(f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  {where}")
+    return lines
+
+
+def memory_lines(path: Path, start: float, minutes: float) -> list[str]:
+    """Where serve's memory went (``memory.jsonl`` of ``bench/_serve_hook``): every ~5 minutes of the load
+    phase, then each part's growth per minute over the last half, beside RSS's."""
+    if not path.exists():
+        return ["memory: no samples (the serve hook did not load)"]
+    samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [(round((s["t"] - start) / 60, 1), s) for s in samples if 0 <= s["t"] - start <= minutes * 60 + 1]
+    if len(rows) < 2:
+        return ["memory: too few samples"]
+    parts = ("py_blocks", "sqlite", "malloc_used", "malloc_free")
+    scale = {"py_blocks": 1e3, "sqlite": MB, "malloc_used": MB, "malloc_free": MB}
+    lines = ["  min  Python blocks (k)  SQLite MB  malloc in use MB  malloc held free MB"]
+    step = max(1, len(rows) // 12)
+    for minute, s in rows[::step] + ([rows[-1]] if (len(rows) - 1) % step else []):
+        cells = [f"{s[k] / scale[k]:.1f}" if k in s else "-" for k in parts]
+        lines.append(f"{minute:5.1f} {cells[0]:>17} {cells[1]:>10} {cells[2]:>17} {cells[3]:>20}")
+    half = rows[len(rows) // 2 :]
+    unit = {"py_blocks": "k"}
+    growth = [
+        f"{k} {slope_per_min([(m, s[k] / scale[k]) for m, s in half]):+.3f}{unit.get(k, ' MB')}/min"
+        for k in parts
+        if k in half[0][1]
+    ]
+    lines.append("  last half: " + ", ".join(growth))
     return lines
 
 

@@ -184,17 +184,15 @@ class Load:
 
 async def soak(args: argparse.Namespace, db_url: str, work: Path) -> int:
     streams = args.team_streams + args.run_streams
-    env = None
+    hook = str(Path(__file__).parent / "_serve_hook")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH", "")) if p),
+        "FACTORY_SOAK_DIR": str(work),
+        "FACTORY_SOAK_MEMORY_SECONDS": str(args.sample),
+    }
     if args.tracemalloc:
-        (work / "tracemalloc").mkdir()
-        hook = str(Path(__file__).parent / "_tracemalloc")
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH", "")) if p),
-            "PYTHONTRACEMALLOC": "1",
-            "FACTORY_SOAK_TRACEMALLOC_DIR": str(work / "tracemalloc"),
-            "FACTORY_SOAK_TRACEMALLOC_SECONDS": str(args.tracemalloc),
-        }
+        env |= {"PYTHONTRACEMALLOC": "1", "FACTORY_SOAK_TRACEMALLOC_SECONDS": str(args.tracemalloc)}
     extra: tuple[str, ...] = ()
     if args.run_retention_minutes is not None:  # so retention deletes within the soak's hour
         extra = ("--run-retention-days", f"{args.run_retention_minutes / 1440:.6f}")
@@ -245,7 +243,7 @@ async def loaded(
     ]  # fmt: skip
     tasks = [asyncio.create_task(c) for c in clients]
     rows: list[tuple[float, dict[str, Any]]] = []
-    start = time.monotonic()
+    start, load_start = time.monotonic(), time.time()
     since = dt.datetime.now(dt.UTC)
     previous = await probe.take(engine, server.pid, load.meter, since, None)
     print(probe.HEADER)
@@ -279,6 +277,8 @@ async def loaded(
     print(f"notification messages pending (retries after a 500 included): {backlog}")
     after = probe.proc_stats(server.pid)[1:]
     print(f"descriptors after: {probe.fd_kinds(server.pid)}")
+    for line in probe.memory_lines(served.log_path.parent / "memory.jsonl", load_start, args.minutes):
+        print(line)
     if args.tracemalloc:
         for line in probe.tracemalloc_growth(served.log_path.parent / "tracemalloc", args.minutes):
             print(line)

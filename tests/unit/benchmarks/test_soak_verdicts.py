@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # bench/ is not installed: the repository's
 
-from bench._soak_probe import Outcome, slope_per_min, verdicts
+from bench._soak_probe import Outcome, memory_lines, slope_per_min, verdicts
 
 
 def _row(minute: float, rss: float, queued: int, picks: list[float], done: float) -> tuple[float, Any]:
@@ -39,3 +40,23 @@ def test_a_flat_run_meets_every_target_and_a_growing_one_does_not() -> None:
         "worker throughput under load ≥ 50% of idle",
         "delivery → run started p99 < 1 s",
     }
+
+
+def test_memory_lines_say_which_part_grew_over_the_last_half(tmp_path: Path) -> None:
+    start = 1_000_000.0
+    samples = [
+        {
+            "t": start + 30 * i,
+            "py_blocks": 500_000,
+            "sqlite": (10 + i) * 1024 * 1024,
+            "malloc_used": 80 * 1024 * 1024,
+        }
+        for i in range(21)
+    ]  # 10 minutes: SQLite grows 2 MB/min, the rest is flat
+    (tmp_path / "memory.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    lines = memory_lines(tmp_path / "memory.jsonl", start, 10)
+    assert lines[-1] == "  last half: py_blocks +0.000k/min, sqlite +2.000 MB/min, malloc_used +0.000 MB/min"
+    assert lines[1].split()[:3] == ["0.0", "500.0", "10.0"]
+    assert memory_lines(tmp_path / "absent.jsonl", start, 10) == [
+        "memory: no samples (the serve hook did not load)"
+    ]
