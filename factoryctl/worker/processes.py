@@ -93,7 +93,10 @@ async def run_process(
     stopped = False
     try:
         ended = await first_event(proc, cancel, timeout_seconds, pumps)
-        await terminate_process_tree(proc.pid, grace_seconds=grace_seconds)
+        if proc.returncode is None:
+            await terminate_process_tree(proc.pid, grace_seconds=grace_seconds)
+        else:  # reaped: its children were re-parented and its PID may be reused, so only its group is its
+            await terminate_process_group(proc.pid, grace_seconds=grace_seconds)
         stopped = True
         done, _ = await asyncio.wait(pumps, timeout=grace_seconds)
         for task in done:
