@@ -171,7 +171,11 @@ async def terminate_process_group(pgid: int, *, grace_seconds: float, poll_secon
 
 
 def process_table() -> dict[int, tuple[int, int]] | None:
-    """``pid -> (ppid, pgrp)`` of every live process (zombies left out); None when /proc cannot be read."""
+    """``pid -> (ppid, pgrp)`` of every live process (zombies left out); None when /proc cannot be read.
+
+    Raw ``os.open``/``os.read`` on each ``stat`` file: three system calls a process instead of the seven of
+    a text-mode ``open``. The scan runs in a thread beside a busy event loop, and each system call gives up
+    the GIL and waits to get it back, so the count is what the scan costs under load."""
     table: dict[int, tuple[int, int]] = {}
     try:
         entries = os.listdir("/proc")
@@ -181,12 +185,17 @@ def process_table() -> dict[int, tuple[int, int]] | None:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as handle:
-                stat = handle.read()
+            fd = os.open(f"/proc/{entry}/stat", os.O_RDONLY)
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2 :].split()  # state ppid pgrp ...
-        if len(fields) > 2 and fields[0] not in ("Z", "X"):
+        try:
+            stat = os.read(fd, 4096)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        fields = stat[stat.rfind(b")") + 2 :].split(None, 3)  # state ppid pgrp ...
+        if len(fields) > 2 and fields[0] not in (b"Z", b"X"):
             table[int(entry)] = (int(fields[1]), int(fields[2]))
     return table
 

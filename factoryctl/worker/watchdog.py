@@ -221,11 +221,14 @@ class RunGuard:
             await asyncio.gather(self._task, return_exceptions=True)
         if self._processes is None:
             return 0
+        return await asyncio.to_thread(self._last_look)  # one thread hop: each waits for the GIL under load
+
+    def _last_look(self) -> int:
         disk = self.limits.disk_bytes
         if self.breach is None and disk is not None:
-            used = await asyncio.to_thread(disk_usage, Path(self.processes.workspace))
+            used = disk_usage(Path(self.processes.workspace))
             self.breach = breach(Limits(None, None, disk), Sample(0, 0, used))
-        return await asyncio.to_thread(self.processes.kill)
+        return self.processes.kill()
 
     @property
     def processes(self) -> RunProcesses:
