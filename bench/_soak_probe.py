@@ -13,7 +13,7 @@ import os
 import statistics
 import time
 import tracemalloc
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,6 +117,8 @@ def memory_lines(path: Path, start: float, minutes: float) -> list[str]:
     if not path.exists():
         return ["memory: no samples (the serve hook did not load)"]
     samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    pids = Counter(s.get("pid") for s in samples)  # serve's, not a short-lived child's that inherited it
+    samples = [s for s in samples if s.get("pid") == pids.most_common(1)[0][0]] if pids else []
     rows = [(round((s["t"] - start) / 60, 1), s) for s in samples if 0 <= s["t"] - start <= minutes * 60 + 1]
     if len(rows) < 2:
         return ["memory: too few samples"]

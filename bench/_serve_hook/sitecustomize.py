@@ -56,7 +56,8 @@ def _memory(directory: Path, every: float) -> None:
     sqlite_used, malloc_info = _native()
     with (directory / "memory.jsonl").open("a") as out:
         while True:
-            line: dict[str, float] = {"t": time.time(), "py_blocks": sys.getallocatedblocks()}
+            line: dict[str, float] = {"t": time.time(), "pid": os.getpid()}
+            line["py_blocks"] = sys.getallocatedblocks()
             if sqlite_used is not None:
                 line["sqlite"] = sqlite_used()
             if malloc_info is not None:
