@@ -17,6 +17,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from store.write_gate import INFO_KEY, WriteGate
@@ -146,6 +147,43 @@ def wal_bytes(engine: AsyncEngine) -> int | None:
         return Path(f"{database}-wal").stat().st_size
     except FileNotFoundError:
         return 0
+
+
+# The tables whose rows are updated or deleted all day: runs change state several times each, deliveries,
+# runs and their rows go by retention, rate counters are rewritten every window.
+CHURNED_TABLES = (
+    "runs",
+    "run_events",
+    "run_logs",
+    "run_attachments",
+    "run_artifacts",
+    "run_session_states",
+    "notification_messages",
+    "notification_attempts",
+    "deliveries",
+    "rate_counters",
+    "console_sessions",
+    "schedule_fires",
+    "locks",
+)
+
+
+async def vacuum_churned(engine: AsyncEngine) -> list[str] | None:
+    """PostgreSQL: ``VACUUM (ANALYZE)`` each of :data:`CHURNED_TABLES`, so the space of dead rows is reused
+    and the planner's statistics follow the tables, whether or not the server's autovacuum keeps up (or
+    runs at all); returns the tables it could not vacuum. None on SQLite (incremental vacuum instead).
+    Plain ``VACUUM`` takes no lock that writers or readers wait for; it cannot run in a transaction."""
+    if is_sqlite(engine):
+        return None
+    failed: list[str] = []
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        for table in CHURNED_TABLES:
+            try:
+                await conn.exec_driver_sql(f'VACUUM (ANALYZE) "{table}"')
+            except DBAPIError:
+                failed.append(table)
+    return failed
 
 
 async def release_free_pages(engine: AsyncEngine, max_pages: int) -> int | None:

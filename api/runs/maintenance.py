@@ -1,5 +1,6 @@
 """The maintenance job: one loop that applies every retention policy in bounded batches, then keeps the SQLite
-file and its WAL small (docs/operations.md, "Retention" and "SQLite file and WAL size").
+file and its WAL small, or vacuums PostgreSQL's churned tables (docs/operations.md, "Retention" and "SQLite
+file and WAL size").
 
 Only one replica prunes at a time: a pass first takes (or renews) the ``job:maintenance`` row of the
 ``locks`` table as a lease for :data:`LEASE_SECONDS`; a replica that finds another holder's lease unexpired
@@ -28,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from api.context import CLOCK, ENGINE, SESSIONS
 from api.periodic import Lifecycle, periodic
 from api.runs.retention import RetentionSettings, TablePolicy, policies
-from store.db import is_sqlite, release_free_pages, wal_bytes, wal_checkpoint
+from store.db import is_sqlite, release_free_pages, vacuum_churned, wal_bytes, wal_checkpoint
 from store.models import AppliedLock
 
 log = logging.getLogger("factoryctl.maintenance")
@@ -108,8 +109,15 @@ async def compact(engine: AsyncEngine, *, pruned: bool) -> None:
     itself trims it only to ``store.db.WAL_SIZE_LIMIT``, and only when it restarts the log), hand free pages
     back and empty the WAL. ``TRUNCATE`` waits for readers and writers on the busy timeout, briefly: it
     copies pages, nothing more. Otherwise a ``PASSIVE`` checkpoint, which never waits (docs/operations.md,
-    "SQLite file and WAL size")."""
+    "SQLite file and WAL size").
+
+    PostgreSQL: every pass vacuums the tables that churn (:func:`store.db.vacuum_churned`), pruned or not:
+    runs are updated several times each, and a server whose autovacuum lags (or is off) would otherwise let
+    their dead rows pile up under every claim (docs/operations.md, "Retention")."""
     if not is_sqlite(engine):
+        failed = await vacuum_churned(engine)
+        if failed:
+            log.warning("could not vacuum %s (the store's user must own them)", ", ".join(failed))
         return
     if pruned:
         for _ in range(FREE_PAGES_PER_PASS // FREE_PAGES_PER_STEP):
