@@ -159,6 +159,9 @@ async def store_stats(engine: AsyncEngine, since: dt.datetime) -> dict[str, Any]
             name: int((await conn.execute(select(func.count()).select_from(model))).scalar_one())
             for name, model in TABLES.items()
         }
+        # Counted by finish time, not as a difference of terminal runs: retention deletes those.
+        finished = select(func.count()).select_from(Run).where(Run.finished_at >= since)
+        out["finished"] = int((await conn.execute(finished)).scalar_one())
         pending = NotificationMessage.status == "pending"
         backlog = select(func.count()).select_from(NotificationMessage).where(pending)
         out["notify_backlog"] = int((await conn.execute(backlog)).scalar_one())
@@ -193,7 +196,7 @@ async def take(
     stats = await store_stats(engine, since)
     ingress, every, errors = meter.drain()
     elapsed = now - previous["mono"] if previous else 0.0
-    finished = stats["terminal"] - previous["terminal"] if previous else 0
+    finished = stats["finished"] if previous else 0
     return {
         "mono": now,
         "rss_mb": rss,
