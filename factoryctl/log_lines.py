@@ -30,8 +30,8 @@ def _timestamp(record: logging.LogRecord) -> str:
 
 
 class JsonLineFormatter(logging.Formatter):
-    """``{"ts", "level", "logger", "msg", ...fields}`` on one line; ``process`` tells the processes of
-    ``serve --processes N`` apart (0 is the primary)."""
+    """``{"ts", "level", "logger", "msg", ...fields}`` on one line; ``process``, right after ``msg``, tells
+    the processes of ``serve`` apart (0 is the primary; its secondaries and its workers' process follow)."""
 
     def __init__(self, process: int | None = None) -> None:
         super().__init__()
@@ -44,13 +44,11 @@ class JsonLineFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
         }
-        if self.process is not None:
-            line["process"] = self.process
         fields = json_object(message)  # redacted already by the filter
-        if fields is None:
-            line["msg"] = redact_text(message)
-        else:
-            line["msg"] = fields.pop("msg", "")
+        line["msg"] = redact_text(message) if fields is None else fields.pop("msg", "")
+        if self.process is not None:  # after msg: the first four keys are the same in every line
+            line["process"] = self.process
+        if fields is not None:
             line.update((k, v) for k, v in fields.items() if k not in line)
         extra = {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
         if extra:

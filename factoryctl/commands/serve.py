@@ -40,6 +40,14 @@ def register(sub: Any) -> None:
         help="server processes sharing the port (default 1; auto = one per CPU); more than 1 needs "
         "PostgreSQL. The first runs migrations and every background job, the others serve HTTP only",
     )
+    p.add_argument(
+        "--worker-process",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the service-hosted workers in a process of their own (the default; "
+        "--no-worker-process: on the server's event loop; env FACTORY_WORKER_PROCESS; "
+        "docs/operations.md: Workers in their own process)",
+    )
     # A secondary of --processes N, started by the primary: FD is its end of their channel.
     p.add_argument("--secondary", type=int, default=None, metavar="FD", help=argparse.SUPPRESS)
     p.add_argument(

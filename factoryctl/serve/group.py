@@ -93,7 +93,9 @@ class Secondary:
 
 
 class Supervisor:
-    """Starts secondaries 1..``count``, restarts one that exits unexpectedly, stops them all on request.
+    """Starts ``count`` children numbered from ``first``, restarts one that exits unexpectedly, stops them
+    all on request. ``label`` names them in log lines (``server process``; the ``workers process`` of
+    :mod:`factoryctl.serve.worker_process`).
 
     ``config(index)`` is what secondary ``index`` receives first (opaque here); ``greeting()`` the first
     JSON message it then gets (the current shared state); ``on_message(index, message)`` handles what
@@ -108,8 +110,12 @@ class Supervisor:
         env: Mapping[str, str],
         greeting: Callable[[], Message],
         on_message: Callable[[int, Message], None],
+        label: str = "server process",
+        first: int = 1,
     ) -> None:
         self.count = count
+        self.indexes = range(first, first + count)
+        self.label = label
         self.config = config
         self.env = dict(env)
         self.greeting = greeting
@@ -122,15 +128,15 @@ class Supervisor:
     async def start(self, within: float = START_SECONDS) -> None:
         """Start every secondary and wait until each listens; :class:`StartFailed` names the first that
         exits first or does not listen within ``within`` seconds (the caller then calls :meth:`stop`)."""
-        for index in range(1, self.count + 1):
+        for index in self.indexes:
             try:
                 child = await self._spawn(index)
             except OSError as exc:
-                raise StartFailed(f"cannot start server process {index}: {exc}") from exc
+                raise StartFailed(f"cannot start {self.label} {index}: {exc}") from exc
             self._tasks.append(asyncio.create_task(self._watch(child), name=f"serve-process-{index}"))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
-        for index in range(1, self.count + 1):
+        for index in self.indexes:
             child = self.children[index]
             ready = asyncio.ensure_future(child.ready.wait())
             exited = asyncio.ensure_future(child.proc.wait())
@@ -147,9 +153,9 @@ class Supervisor:
                 continue
             if child.proc.returncode is not None:
                 raise StartFailed(
-                    f"server process {index} exited (code {child.proc.returncode}) before it listened"
+                    f"{self.label} {index} exited (code {child.proc.returncode}) before it was ready"
                 )
-            raise StartFailed(f"server process {index} was not listening within {within:.0f} s")
+            raise StartFailed(f"{self.label} {index} was not ready within {within:.0f} s")
         self._started = True
 
     def broadcast(self, message: Message) -> None:
@@ -178,7 +184,7 @@ class Supervisor:
                     log.warning(
                         json.dumps(
                             {
-                                "msg": "server process did not stop; killed",
+                                "msg": f"{self.label} did not stop; killed",
                                 "secondary": child.index,
                                 "pid": child.proc.pid,
                                 "after_seconds": within,
@@ -215,7 +221,7 @@ class Supervisor:
         child = Secondary(index, proc, writer, asyncio.get_running_loop().time())
         child.reader_task = asyncio.create_task(self._read(child, reader))
         self.children[index] = child
-        log.info(json.dumps({"msg": "server process started", "secondary": index, "pid": proc.pid}))
+        log.info(json.dumps({"msg": f"{self.label} started", "secondary": index, "pid": proc.pid}))
         if self._stopping.is_set():  # stop() began while this one was starting
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
@@ -227,14 +233,14 @@ class Supervisor:
                 child.ready.set()
                 log.info(
                     json.dumps(
-                        {"msg": "server process ready", "secondary": child.index, "pid": child.proc.pid}
+                        {"msg": f"{self.label} ready", "secondary": child.index, "pid": child.proc.pid}
                     )
                 )
                 continue
             try:
                 self.on_message(child.index, message)
             except Exception:
-                log.exception("server process %d: cannot handle %r", child.index, message)
+                log.exception("%s %d: cannot handle %r", self.label, child.index, message)
 
     async def _watch(self, child: Secondary) -> None:
         """Wait for ``child`` to exit and, unless the group is stopping, start it again after a delay."""
@@ -258,7 +264,7 @@ class Supervisor:
                 log.warning(
                     json.dumps(
                         {
-                            "msg": "server process exited; restarting",
+                            "msg": f"{self.label} exited; restarting",
                             "secondary": index,
                             "pid": current.proc.pid,
                             "code": code,
@@ -278,7 +284,7 @@ class Supervisor:
                 log.error(
                     json.dumps(
                         {
-                            "msg": "cannot start server process",
+                            "msg": f"cannot start {self.label}",
                             "secondary": index,
                             "error": str(exc),
                             "retry_in": delay,

@@ -48,6 +48,9 @@ class ServeOptions:
     self_heal: bool = True  # --no-self-heal: report drift only (docs/reconcile.md, "Self-heal")
     workers: int = 2
     processes: int = 1  # --processes: 1 primary + (processes - 1) secondaries (docs/operations.md)
+    # --worker-process: the service-hosted workers in a child process of their own (docs/operations.md,
+    # "Workers in their own process").
+    worker_process: bool = True
     harness: str = "echo"
     harness_command: str | None = None
     # The --harness preset's CLI, found and version-checked at start (docs/workers.md, "Harnesses").
@@ -190,6 +193,7 @@ class ServeOptions:
             self_heal=getattr(args, "self_heal", True),
             workers=workers,
             processes=processes,
+            worker_process=bool(pick(getattr(args, "worker_process", None), "WORKER_PROCESS", True, _flag)),
             harness=harness,
             harness_command=command,
             agents=agents,

@@ -22,17 +22,19 @@ from api.notifications.service import NOTIFICATION_SETTINGS, notification_sender
 from api.runs.maintenance import maintenance_job
 from api.schedules.scheduler import schedule_scheduler
 from api.scorers.job import scorer_job
-from factoryctl.addresses import egress_refusal
 from factoryctl.context import CliContext
 from factoryctl.serve import secondaries
 from factoryctl.serve.group import Supervisor
-from factoryctl.serve.local_workers import service_workers
 from factoryctl.serve.options import ServeOptions
 from factoryctl.serve.reconcile import make_source, reconciler_lifecycle
 from factoryctl.serve.runtime import configure_logging, listen, make_runner, port_taken, stop_on_signals
 from factoryctl.serve.validation import make_validator
-from factoryctl.worker.execution import scrubbed_environment
-from factoryctl.worker.sandbox import Sandbox, service_environment
+from factoryctl.serve.worker_process import (
+    WORKER_PROCESS_STOP_SECONDS,
+    forward_wakes,
+    hosted_workers,
+    worker_process,
+)
 from store import apikeys
 from store.clock import SystemClock
 from store.crypto import SecretBox
@@ -104,28 +106,10 @@ def lifecycles_for(options: ServeOptions, engine: AsyncEngine, box: SecretBox) -
     # Every replica runs a notification sender; claims (SKIP LOCKED) decide who sends what
     # (docs/notifications.md, "At least once").
     out.append(notification_sender())
-    # Service-hosted workers; agents never inherit the server's credentials, and what a run controls
-    # starts only in a sandbox that cannot reach the data directory (docs/workers.md, "Sandbox").
-    out.append(
-        service_workers(
-            options.workers,
-            options.harness,
-            options.harness_command,
-            options.workspace_dir,
-            harness_env=scrubbed_environment(service_environment(options.env, options.agent_env)),
-            sandbox=Sandbox(
-                options.bwrap,
-                read_only=options.sandbox_ro,
-                writable=options.sandbox_rw,
-                address_refusal=egress_refusal,
-                open_network=options.sandbox_open_network,
-                listed_private=options.sandbox_private_egress,
-            ),
-            guarded=options.guarded,
-            agents=options.agents,
-            limits=options.limits,
-        )
-    )
+    # Service-hosted workers, here or in their own process (--worker-process; docs/operations.md,
+    # "Workers in their own process").
+    if not options.worker_process:
+        out.append(hosted_workers(options))
     out.append(retention_job())  # delivery-log retention and rate-counter pruning
     # Finished runs, run logs, notifications, console sessions, schedule fires; the SQLite WAL
     # (docs/operations.md, "Retention"); a lease keeps it to one replica at a time.
@@ -166,13 +150,18 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
     stop = asyncio.Event()
     stop_on_signals(stop)
     group: Supervisor | None = None
-    sharing: asyncio.Task[None] | None = None
+    workers: Supervisor | None = None
+    sharing: list[asyncio.Task[None]] = []
     code = 0
     try:
         if several:
             group = secondaries.secondaries(ctx, options, app[RECONCILE])
             code = await secondaries.start(group, stop)
-            sharing = asyncio.create_task(secondaries.share_reconciler_state(app[RECONCILE], group))
+            sharing.append(asyncio.create_task(secondaries.share_reconciler_state(app[RECONCILE], group)))
+        if code == 0 and options.worker_process and options.workers:
+            workers = worker_process(ctx, options)
+            code = await secondaries.start(workers, stop)
+            sharing.append(asyncio.create_task(forward_wakes(app, workers)))
         if code == 0 and not stop.is_set():
             count = f" ({options.processes} processes)" if several else ""
             log.info("factoryctl serving on %s%s", settings.base_url, count)
@@ -180,21 +169,22 @@ async def run_server(ctx: CliContext, options: ServeOptions) -> int:
             await stop.wait()
     finally:
         log.info("factoryctl shutting down")
-        if sharing is not None:
-            sharing.cancel()
-            await asyncio.wait({sharing})
+        for task in sharing:
+            task.cancel()
+        if sharing:
+            await asyncio.wait(sharing)
         # Graceful: stop listening, close idle keep-alive connections, wait for in-flight handlers (at
         # most DRAIN_SECONDS), then stop background work (cleanup_ctx) - the ingress writer last commits
-        # what its requests queued - and only then close the database. Secondaries drain alike, meanwhile.
-        if group is None:
-            await runner.cleanup()
-        else:
-            outcomes = await asyncio.gather(
-                runner.cleanup(), group.stop(secondaries.SECONDARY_STOP_SECONDS), return_exceptions=True
-            )
-            for outcome in outcomes:
-                if isinstance(outcome, BaseException):
-                    await engine.dispose()
-                    raise outcome
+        # what its requests queued - and only then close the database. Secondaries drain alike, meanwhile,
+        # and the workers' process ends its runs.
+        stopping = [runner.cleanup()]
+        if group is not None:
+            stopping.append(group.stop(secondaries.SECONDARY_STOP_SECONDS))
+        if workers is not None:
+            stopping.append(workers.stop(WORKER_PROCESS_STOP_SECONDS))
+        for outcome in await asyncio.gather(*stopping, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                await engine.dispose()
+                raise outcome
         await engine.dispose()
     return code

@@ -23,6 +23,7 @@ from factoryctl.serve.group import Message, PrimaryLink, StartFailed, Supervisor
 from factoryctl.serve.options import ServeOptions
 from factoryctl.serve.runtime import DRAIN_SECONDS, configure_logging, listen, make_runner, stop_on_signals
 from factoryctl.serve.validation import make_validator
+from factoryctl.serve.worker_process import WorkerProcessConfig, run_worker_process
 from store.db import create_engine
 
 log = logging.getLogger("factoryctl.serve")
@@ -117,13 +118,22 @@ async def share_reconciler_state(trigger: ReconcileTrigger, group: Supervisor) -
 
 async def run_secondary(fd: int) -> int:
     """A secondary of ``serve --processes N`` (started by the primary with ``--secondary FD``): HTTP only -
-    no migration, no key bootstrap, no background job - until SIGTERM/SIGINT or the primary's end."""
+    no migration, no key bootstrap, no background job - until SIGTERM/SIGINT or the primary's end. The
+    workers' process of ``--worker-process`` starts the same way and runs
+    :func:`~factoryctl.serve.worker_process.run_worker_process` instead."""
     try:
         link, raw, first = await PrimaryLink.connect(fd)
         config = pickle.loads(raw)  # noqa: S301 - from the primary, over a socketpair only the two hold
     except (OSError, EOFError, asyncio.IncompleteReadError, pickle.UnpicklingError) as exc:
         print(f"error: no configuration from the primary process ({exc!r})", file=sys.stderr)
         return 1
+    if isinstance(config, WorkerProcessConfig):
+        try:
+            box = config.ctx.secret_box()
+        except Exception as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return await run_worker_process(link, config, box)
     if not isinstance(config, SecondaryConfig):
         print("error: no configuration from the primary process", file=sys.stderr)
         return 1

@@ -2,8 +2,9 @@
 
 - On PostgreSQL, ``--processes 2``: connections are answered by both processes (each tags its log lines
   with ``"process": INDEX``), deliveries get 202 from either, ``/readyz`` and a forced reconcile answer
-  alike in both, the reconciler and the service-hosted worker run in the primary only (a queued run is
-  executed once); a secondary killed with ``kill -9`` is started again and the port keeps answering;
+  alike in both, the reconciler runs in the primary only and the service-hosted worker in the workers'
+  process the primary started (a queued run is executed once);
+  a secondary killed with ``kill -9`` is started again and the port keeps answering;
   SIGTERM stops the whole group, exit 0.
 - ``kill -9`` of the primary: the secondaries notice and exit by themselves.
 - A SQLite store, ``--processes 0`` or a value that is not a number: exit 2 and a message, nothing started.
@@ -159,7 +160,8 @@ def test_two_processes_share_the_port_and_run_background_jobs_once(tmp_path: Pat
         wait_for(lambda: len(reconcile_records(server.log)) > applied, 10, "a forced reconcile")
         assert {r["process"] for r in reconcile_records(server.log)} == {0}
 
-        # A run queued through either process is executed once, by the primary's service-hosted worker.
+        # A run queued through either process is executed once, by the service-hosted worker in the
+        # workers' process the primary started (process 2: after the primary and its one secondary).
         assert _deliver(server, hook, "hook", ["the-run"]) == [202]
         done = wait_for(
             lambda: [r for r in committed(pg_url, Run.run_id, Run.state, Run.attempt) if r[1] == "SUCCEEDED"],
@@ -170,7 +172,7 @@ def test_two_processes_share_the_port_and_run_background_jobs_once(tmp_path: Pat
         ((run_id, _state, attempt),) = done
         assert attempt == 1
         executed = [(r["process"], r["msg"]) for r in _records(server.log) if f"run {run_id}: " in r["msg"]]
-        assert executed == [(0, f"run {run_id}: SUCCEEDED")], executed
+        assert executed == [(2, f"run {run_id}: SUCCEEDED")], executed
 
         # A secondary killed with -9 is started again; the port keeps answering meanwhile and after.
         os.kill(first_secondary, signal.SIGKILL)

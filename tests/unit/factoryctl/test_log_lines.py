@@ -74,6 +74,7 @@ def test_a_field_never_overrides_the_fixed_keys(configured) -> None:
     logging.getLogger("factoryctl.test").info(json.dumps({"msg": "x", "level": "forged", "process": 9}))
     (line,) = lines(buffer)
     assert (line["level"], line["process"], line["msg"]) == ("info", 2, "x")
+    assert list(line)[:5] == ["ts", "level", "logger", "msg", "process"]  # the same first four as without
 
 
 def test_text_format(configured) -> None:
