@@ -66,31 +66,61 @@ class Meter:
         return ingress, every, errors
 
 
+def serve_pids(pid: int) -> list[int]:
+    """``pid`` and the children it started with ``serve --secondary`` (HTTP secondaries, the workers'
+    process of ``--worker-process``): the serve group whose memory and descriptors the soak adds up."""
+    pids = [pid]
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            try:
+                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"--secondary" in argv:
+                pids.append(child)
+    return pids
+
+
 def proc_stats(pid: int) -> tuple[float, int, int]:
-    """RSS (MB), open descriptors and threads of ``pid``, from /proc."""
-    rss_kb, threads = 0, 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss_kb = int(line.split()[1])
-        elif line.startswith("Threads:"):
-            threads = int(line.split()[1])
-    return rss_kb / 1024, len(os.listdir(f"/proc/{pid}/fd")), threads
+    """RSS (MB), open descriptors and threads of ``pid`` and its serve children, from /proc."""
+    rss_kb, fds, threads = 0, 0, 0
+    for member in serve_pids(pid):
+        try:
+            for line in Path(f"/proc/{member}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss_kb += int(line.split()[1])
+                elif line.startswith("Threads:"):
+                    threads += int(line.split()[1])
+            fds += len(os.listdir(f"/proc/{member}/fd"))
+        except OSError:  # a child that just exited
+            continue
+    return rss_kb / 1024, fds, threads
 
 
 def fd_kinds(pid: int) -> dict[str, int]:
-    """The open descriptors of ``pid`` by what they point at: database files, sockets, pipes, the rest."""
+    """The open descriptors of ``pid`` and its serve children by what they point at: database files,
+    sockets, pipes, the rest."""
     kinds: dict[str, int] = defaultdict(int)
-    for fd in os.listdir(f"/proc/{pid}/fd"):
+    for member in serve_pids(pid):
         try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            fds = os.listdir(f"/proc/{member}/fd")
         except OSError:
             continue
-        if ".db" in target:
-            kinds["db/wal/shm files"] += 1
-        elif target.startswith(("socket:", "pipe:", "anon_inode:")):
-            kinds[target.split(":")[0]] += 1
-        else:
-            kinds["other"] += 1
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{member}/fd/{fd}")
+            except OSError:
+                continue
+            if ".db" in target:
+                kinds["db/wal/shm files"] += 1
+            elif target.startswith(("socket:", "pipe:", "anon_inode:")):
+                kinds[target.split(":")[0]] += 1
+            else:
+                kinds["other"] += 1
     return dict(sorted(kinds.items()))
 
 

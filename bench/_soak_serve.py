@@ -143,8 +143,10 @@ async def serving(
     stream_clients: int = 0,
     extra: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
+    worker_process: bool = True,
 ) -> AsyncIterator[Served]:
-    """``factoryctl serve`` on a free loopback port with ``workers`` echo workers, ready to answer."""
+    """``factoryctl serve`` on a free loopback port with ``workers`` echo workers, ready to answer
+    (``worker_process``: the workers in their own process, ready too)."""
     notify_port, port = free_port(), free_port()
     base_cli = [CLI, "--data-dir", str(work / "data"), "--database", db_url]
     token, keys = setup(base_cli, work, notify_port, stream_clients)
@@ -153,6 +155,7 @@ async def serving(
         hooks = {name: uid for name, uid in (await conn.execute(select(Webhook.name, Webhook.uid))).all()}
     cmd = [*base_cli, "serve", "--port", str(port), "--workers", str(workers), "--harness", "echo"]
     cmd += ["--delivery-rate-limit", str(10**9), "--notification-allow-loopback", *extra]
+    cmd += ["--worker-process" if worker_process else "--no-worker-process"]
     log_path = work / "serve.log"
     server = start(cmd, log_path, env)
     jar = CookieJar(unsafe=True)  # the console's cookie, on an IP address
@@ -169,6 +172,13 @@ async def serving(
             return False
 
         await wait_for(ready, 60, "serve ready")
+        if worker_process and workers:
+
+            async def workers_ready() -> bool:
+                served.check_alive()
+                return b'"workers process ready"' in log_path.read_bytes()
+
+            await wait_for(workers_ready, 60, "the workers' process ready")
         yield served
     finally:
         server.terminate()

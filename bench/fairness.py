@@ -70,7 +70,7 @@ async def capacity(load: Load, connections: int, seconds: float) -> float:
 
 
 async def fairness(args: argparse.Namespace, db_url: str, work: Path) -> int:
-    async with serving(work, db_url, workers=2) as served:
+    async with serving(work, db_url, workers=2, worker_process=args.worker_process) as served:
         load = Load(served)
         await asyncio.sleep(2)
         idle_rate, idle_pick = await timed_burst(load, served.engine, args.runs)
@@ -104,6 +104,12 @@ async def fairness(args: argparse.Namespace, db_url: str, work: Path) -> int:
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=60, help="runs of each timed burst")
+    parser.add_argument(
+        "--worker-process",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve's workers in their own process (the default) or on its event loop (--no-worker-process)",
+    )
     parser.add_argument("--connections", type=int, default=16, help="closed-loop clients for the capacity")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of the capacity measurement")
     parser.add_argument("--load", type=float, default=0.8, help="share of the capacity under load")

@@ -199,7 +199,13 @@ async def soak(args: argparse.Namespace, db_url: str, work: Path) -> int:
     if args.delivery_retention_minutes is not None:
         extra += ("--delivery-retention-days", f"{args.delivery_retention_minutes / 1440:.6f}")
     async with serving(
-        work, db_url, workers=args.workers, stream_clients=streams, env=env, extra=extra
+        work,
+        db_url,
+        workers=args.workers,
+        stream_clients=streams,
+        env=env,
+        extra=extra,
+        worker_process=args.worker_process,
     ) as served:
         load = Load(served)
         await asyncio.sleep(2)  # the first reconcile and the workers' first poll
@@ -313,6 +319,12 @@ async def main() -> int:
     parser.add_argument("--team-streams", type=int, default=20)
     parser.add_argument("--run-streams", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2, help="service-hosted echo workers")
+    parser.add_argument(
+        "--worker-process",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve's workers in their own process (the default) or on its event loop (--no-worker-process)",
+    )
     parser.add_argument("--burst", type=int, default=200, help="runs of the idle-throughput burst")
     parser.add_argument("--drain", type=float, default=300.0, help="seconds allowed for the backlog to drain")
     parser.add_argument("--settle", type=float, default=30.0, help="seconds after the drain before fds")
