@@ -143,12 +143,23 @@ def tracemalloc_growth(directory: Path, minutes: float, top: int = 12) -> list[s
 
 def memory_lines(path: Path, start: float, minutes: float) -> list[str]:
     """Where serve's memory went (``memory.jsonl`` of ``bench/_serve_hook``): every ~5 minutes of the load
-    phase, then each part's growth per minute over the last half, beside RSS's."""
+    phase, then each part's growth per minute over the last half, beside RSS's; one block per long-lived
+    process of serve (the primary, its workers' process), headed by its pid when there are several."""
     if not path.exists():
         return ["memory: no samples (the serve hook did not load)"]
     samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    pids = Counter(s.get("pid") for s in samples)  # serve's, not a short-lived child's that inherited it
-    samples = [s for s in samples if s.get("pid") == pids.most_common(1)[0][0]] if pids else []
+    counts = Counter(s.get("pid") for s in samples)
+    most = max(counts.values(), default=0)
+    # serve's processes, not a short-lived child that inherited the hook
+    pids = sorted(pid for pid, n in counts.items() if n >= most / 2)
+    lines: list[str] = []
+    for pid in pids:
+        mine = _memory_block([s for s in samples if s.get("pid") == pid], start, minutes)
+        lines += ([f"process {pid}:"] if len(pids) > 1 else []) + mine
+    return lines or ["memory: too few samples"]
+
+
+def _memory_block(samples: list[dict[str, Any]], start: float, minutes: float) -> list[str]:
     rows = [(round((s["t"] - start) / 60, 1), s) for s in samples if 0 <= s["t"] - start <= minutes * 60 + 1]
     if len(rows) < 2:
         return ["memory: too few samples"]

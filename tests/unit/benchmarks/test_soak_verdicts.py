@@ -60,3 +60,18 @@ def test_memory_lines_say_which_part_grew_over_the_last_half(tmp_path: Path) -> 
     assert memory_lines(tmp_path / "absent.jsonl", start, 10) == [
         "memory: no samples (the serve hook did not load)"
     ]
+
+
+def test_memory_lines_give_each_long_lived_process_its_own_block(tmp_path: Path) -> None:
+    """serve and its workers' process both sample; a child that lived for two samples is left out."""
+    start = 1_000_000.0
+    samples = [
+        {"t": start + 30 * i, "pid": pid, "py_blocks": 1000 * pid, "malloc_used": 0}
+        for i in range(21)
+        for pid in (100, 200)
+    ] + [{"t": start + 30 * i, "pid": 300, "py_blocks": 1, "malloc_used": 0} for i in range(2)]
+    (tmp_path / "memory.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    lines = memory_lines(tmp_path / "memory.jsonl", start, 10)
+    assert [line for line in lines if line.startswith("process")] == ["process 100:", "process 200:"]
+    assert lines[2].split()[:2] == ["0.0", "100.0"]
+    assert lines[lines.index("process 200:") + 2].split()[:2] == ["0.0", "200.0"]
