@@ -324,5 +324,17 @@ class PrimaryLink:
         while (message := await _next_message(self.reader)) is not None:
             on_message(message)
 
+    async def follow_until(self, stop: asyncio.Event, on_message: Callable[[Message], None]) -> bool:
+        """:meth:`follow` until ``stop`` is set (SIGTERM/SIGINT) or the primary's end of file, which sets
+        it too; True when the primary is gone."""
+        following = asyncio.create_task(self.follow(on_message))
+        following.add_done_callback(lambda _task: stop.set())
+        try:
+            await stop.wait()
+            return following.done()
+        finally:
+            following.cancel()
+            await asyncio.wait({following})
+
     def close(self) -> None:
         self.writer.close()

@@ -166,15 +166,10 @@ async def run_secondary(fd: int) -> int:
     link.send({"ready": os.getpid()})
     stop = asyncio.Event()
     stop_on_signals(stop)
-    following = asyncio.create_task(link.follow(from_primary))
-    following.add_done_callback(lambda _task: stop.set())  # end of file: the primary is gone
     try:
-        await stop.wait()
-        if following.done():
+        if await link.follow_until(stop, from_primary):
             log.warning(json.dumps({"msg": "primary process gone; stopping"}))
     finally:
-        following.cancel()
-        await asyncio.wait({following})
         await runner.cleanup()
         link.close()
         await engine.dispose()

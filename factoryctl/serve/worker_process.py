@@ -145,15 +145,10 @@ async def run_worker_process(link: PrimaryLink, config: WorkerProcessConfig, box
     log.info(json.dumps({"msg": "service-hosted workers started", "workers": config.options.workers}))
     stop = asyncio.Event()
     stop_on_signals(stop)
-    following = asyncio.create_task(link.follow(from_primary))
-    following.add_done_callback(lambda _task: stop.set())  # end of file: the primary is gone
     try:
-        await stop.wait()
-        if following.done():
+        if await link.follow_until(stop, from_primary):
             log.warning(json.dumps({"msg": "primary process gone; stopping the workers"}))
     finally:
-        following.cancel()
-        await asyncio.wait({following})
         await runner.cleanup()
         link.close()
         await engine.dispose()

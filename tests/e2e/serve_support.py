@@ -298,3 +298,26 @@ def run_events(served: Served, run_id: str) -> list[dict[str, Any]]:
         elif line.startswith("data: ") and kind is not None:
             out.append({"kind": kind, "data": json.loads(line[len("data: ") :])["data"]})
     return out
+
+
+def log_records(log: Path) -> list[dict[str, Any]]:
+    """The JSON-object lines of a server's log (other lines skipped)."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                out.append(record)
+    return out
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent to reap it does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")

@@ -27,7 +27,16 @@ import builders
 import httpx
 import pytest
 from cryptography.fernet import Fernet
-from serve_support import Served, committed, reconcile_records, run_cli, serving, wait_for
+from serve_support import (
+    Served,
+    committed,
+    log_records,
+    process_alive,
+    reconcile_records,
+    run_cli,
+    serving,
+    wait_for,
+)
 
 from store.clock import SystemClock
 from store.crypto import SecretBox
@@ -43,38 +52,16 @@ ENV = {"FACTORY_SECRET_KEY": KEY}
 SPREAD = 40  # requests on fresh connections; all landing in one of two processes would be a 2**-39 chance
 
 
-def _records(log: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                out.append(record)
-    return out
-
-
 def _ready(log: Path) -> dict[int, int]:
     """{secondary index: pid} of the latest ``server process ready`` record of each."""
-    return {r["secondary"]: r["pid"] for r in _records(log) if r.get("msg") == "server process ready"}
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for its parent to reap it does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    return {r["secondary"]: r["pid"] for r in log_records(log) if r.get("msg") == "server process ready"}
 
 
 def _answered_by(log: Path, method: str, path: str) -> Counter[int]:
     """How many ``method path`` requests each process logged."""
     return Counter(
         r["process"]
-        for r in _records(log)
+        for r in log_records(log)
         if r.get("msg") == "request" and r.get("method") == method and r.get("path") == path
     )
 
@@ -171,12 +158,14 @@ def test_two_processes_share_the_port_and_run_background_jobs_once(tmp_path: Pat
         )
         ((run_id, _state, attempt),) = done
         assert attempt == 1
-        executed = [(r["process"], r["msg"]) for r in _records(server.log) if f"run {run_id}: " in r["msg"]]
+        executed = [
+            (r["process"], r["msg"]) for r in log_records(server.log) if f"run {run_id}: " in r["msg"]
+        ]
         assert executed == [(2, f"run {run_id}: SUCCEEDED")], executed
 
         # A secondary killed with -9 is started again; the port keeps answering meanwhile and after.
         os.kill(first_secondary, signal.SIGKILL)
-        wait_for(lambda: not _alive(first_secondary), 5, "the secondary gone")
+        wait_for(lambda: not process_alive(first_secondary), 5, "the secondary gone")
         restarted = wait_for(
             lambda: _ready(server.log).get(1) not in (None, first_secondary) and _ready(server.log)[1],
             15,
@@ -185,12 +174,12 @@ def test_two_processes_share_the_port_and_run_background_jobs_once(tmp_path: Pat
             logs=[server.log],
         )
         assert asyncio.run(_fresh_connections("GET", [f"{server.url}/healthz"] * SPREAD)) == [200] * SPREAD
-        assert any(r.get("msg") == "server process exited; restarting" for r in _records(server.log))
+        assert any(r.get("msg") == "server process exited; restarting" for r in log_records(server.log))
 
         # SIGTERM stops the whole group; exit 0.
         group = [server.proc.pid, restarted]
         assert server.stop() == 0
-    assert not [pid for pid in group if _alive(pid)]
+    assert not [pid for pid in group if process_alive(pid)]
     text = server.log.read_text()
     assert "Traceback" not in text, text[-3000:]
 
@@ -202,8 +191,10 @@ def test_secondaries_exit_when_the_primary_is_killed(tmp_path: Path, pg_url: str
         )
         os.kill(server.proc.pid, signal.SIGKILL)
         server.proc.wait(5)
-        wait_for(lambda: not _alive(secondary), 10, "the secondary exiting by itself", logs=[server.log])
-    assert any(r.get("msg") == "primary process gone; stopping" for r in _records(server.log))
+        wait_for(
+            lambda: not process_alive(secondary), 10, "the secondary exiting by itself", logs=[server.log]
+        )
+    assert any(r.get("msg") == "primary process gone; stopping" for r in log_records(server.log))
 
 
 @pytest.mark.parametrize(

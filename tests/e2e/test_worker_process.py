@@ -13,43 +13,21 @@ Every wait is on a condition with a deadline.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_support import Served, run_cli, serving, wait_for
+from serve_support import Served, log_records, process_alive, run_cli, serving, wait_for
 
 pytestmark = pytest.mark.slow
 FINISHED = ("SUCCEEDED", "FAILED", "ERROR", "CANCELLED")
 
 
-def _records(log: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                out.append(record)
-    return out
-
-
 def _workers_pids(log: Path) -> list[int]:
     """The pids of every workers' process the primary saw ready, oldest first."""
-    return [r["pid"] for r in _records(log) if r.get("msg") == "workers process ready"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    return [r["pid"] for r in log_records(log) if r.get("msg") == "workers process ready"]
 
 
 def _parent(pid: int) -> int:
@@ -72,7 +50,7 @@ def _run(served: Served, prompt: str) -> dict[str, Any]:
 
 def _executed_by(log: Path, run_id: str) -> list[Any]:
     """The ``process`` tag of each worker line about ``run_id`` (None: a line without one)."""
-    return [r.get("process") for r in _records(log) if r.get("msg", "").startswith(f"run {run_id}: ")]
+    return [r.get("process") for r in log_records(log) if r.get("msg", "").startswith(f"run {run_id}: ")]
 
 
 def test_the_workers_run_in_a_child_process_restarted_when_it_dies(tmp_path: Path) -> None:
@@ -92,14 +70,14 @@ def test_the_workers_run_in_a_child_process_restarted_when_it_dies(tmp_path: Pat
             alive=[served.proc],
             logs=[served.log],
         )[0]
-        assert not _alive(first)
-        assert any(r.get("msg") == "workers process exited; restarting" for r in _records(served.log))
+        assert not process_alive(first)
+        assert any(r.get("msg") == "workers process exited; restarting" for r in log_records(served.log))
         again = _run(served, "after the restart")
         assert again["state"] == "SUCCEEDED", again
         assert _executed_by(served.log, again["run_id"]) == [1]
 
         assert served.stop() == 0
-    assert not _alive(second)
+    assert not process_alive(second)
     text = served.log.read_text()
     assert "Traceback" not in text, text[-3000:]
 
@@ -109,8 +87,10 @@ def test_the_workers_process_exits_when_serve_is_killed(tmp_path: Path) -> None:
         child = wait_for(lambda: _workers_pids(served.log), 30, "the workers' process", logs=[served.log])[0]
         os.kill(served.proc.pid, signal.SIGKILL)
         served.proc.wait(5)
-        wait_for(lambda: not _alive(child), 30, "the workers' process exiting by itself", logs=[served.log])
-    assert any(r.get("msg") == "primary process gone; stopping the workers" for r in _records(served.log))
+        wait_for(
+            lambda: not process_alive(child), 30, "the workers' process exiting by itself", logs=[served.log]
+        )
+    assert any(r.get("msg") == "primary process gone; stopping the workers" for r in log_records(served.log))
 
 
 @pytest.mark.parametrize(
