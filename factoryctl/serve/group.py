@@ -113,7 +113,6 @@ class Supervisor:
         label: str = "server process",
         first: int = 1,
     ) -> None:
-        self.count = count
         self.indexes = range(first, first + count)
         self.label = label
         self.config = config

@@ -128,12 +128,7 @@ async def run_secondary(fd: int) -> int:
         print(f"error: no configuration from the primary process ({exc!r})", file=sys.stderr)
         return 1
     if isinstance(config, WorkerProcessConfig):
-        try:
-            box = config.ctx.secret_box()
-        except Exception as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        return await run_worker_process(link, config, box)
+        return await run_worker_process(link, config)
     if not isinstance(config, SecondaryConfig):
         print("error: no configuration from the primary process", file=sys.stderr)
         return 1

@@ -28,10 +28,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import web
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.app import Lifecycle, create_app
-from api.context import ServerSettings
 from api.runs.claim_signal import claim_signal
 from factoryctl.addresses import egress_refusal
 from factoryctl.context import CliContext
@@ -41,7 +39,6 @@ from factoryctl.serve.options import ServeOptions
 from factoryctl.serve.runtime import configure_logging, make_runner, stop_on_signals
 from factoryctl.worker.execution import scrubbed_environment
 from factoryctl.worker.sandbox import Sandbox, service_environment
-from store.crypto import SecretBox
 from store.db import create_engine
 
 log = logging.getLogger("factoryctl.serve")
@@ -64,10 +61,6 @@ class WorkerProcessConfig:
     index: int
     ctx: CliContext
     options: ServeOptions
-
-    @property
-    def settings(self) -> ServerSettings:
-        return self.options.settings
 
 
 def hosted_workers(options: ServeOptions) -> Lifecycle:
@@ -121,13 +114,18 @@ async def forward_wakes(app: web.Application, group: Broadcaster) -> None:
         group.broadcast(WAKE)
 
 
-async def run_worker_process(link: PrimaryLink, config: WorkerProcessConfig, box: SecretBox) -> int:
+async def run_worker_process(link: PrimaryLink, config: WorkerProcessConfig) -> int:
     """The workers' process: its own engine and app (no routes, no port), the workers' lifecycle, until
     SIGTERM/SIGINT or the primary's end."""
     configure_logging(config.index)
-    engine: AsyncEngine = create_engine(config.ctx.database_url)  # migrated by the primary
+    try:
+        box = config.ctx.secret_box()
+    except Exception as exc:
+        log.error(json.dumps({"msg": "cannot start", "error": str(exc)}))
+        return 1
+    engine = create_engine(config.ctx.database_url)  # migrated by the primary
     workers = hosted_workers(config.options)
-    app = create_app(config.settings, engine, box, lifecycles=[workers], route_modules=())
+    app = create_app(config.options.settings, engine, box, lifecycles=[workers], route_modules=())
     signal = claim_signal(app)
 
     def from_primary(message: Message) -> None:
