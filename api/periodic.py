@@ -74,9 +74,16 @@ def periodic(
             yield
         finally:
             stop.set()
-            await asyncio.wait({task}, timeout=STOP_GRACE_SECONDS)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await finish(task)
 
     return lifecycle
+
+
+async def finish(task: asyncio.Task[None]) -> None:
+    """Await a background task that was told to stop; cancel it if it is still running after
+    :data:`STOP_GRACE_SECONDS`. The task should stop between database calls: cancelled inside one, it leaves a
+    pooled connection cut off in its rollback (SQLAlchemy logs that with a traceback)."""
+    await asyncio.wait({task}, timeout=STOP_GRACE_SECONDS)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

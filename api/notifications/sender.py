@@ -297,7 +297,9 @@ async def _update_endpoint(
 
 
 class Sender:
-    """One replica's delivery loop (a ``cleanup_ctx`` task: cancelled and awaited on shutdown)."""
+    """One replica's delivery loop (a ``cleanup_ctx`` task). On shutdown :meth:`stop` ends it after the
+    turn in progress, so no database call is cut off; attempts still in flight are then cancelled (they
+    are made again after their lease, with the same webhook-id)."""
 
     def __init__(
         self,
@@ -313,8 +315,14 @@ class Sender:
         # each attempt in flight, with the message it attempts and when it started
         self._running: dict[asyncio.Task[Result], tuple[Claimed, dt.datetime]] = {}
         self._fanned_at = float("-inf")
+        self._stopping = False
 
     def wake(self) -> None:
+        self.wakeup.set()
+
+    def stop(self) -> None:
+        """End :meth:`run` after its current turn."""
+        self._stopping = True
         self.wakeup.set()
 
     async def step(self) -> int:
@@ -360,7 +368,7 @@ class Sender:
 
     async def run(self) -> None:
         try:
-            while True:
+            while not self._stopping:
                 try:
                     started = await self.step()
                 except Exception as exc:  # retried on the next turn
@@ -370,7 +378,7 @@ class Sender:
                     else:
                         log.warning("notification sender: store unavailable (%s); retrying", reason)
                     started = 0
-                if started:
+                if started or self._stopping:
                     continue  # more may be due right now
                 self.wakeup.clear()
                 woken = asyncio.ensure_future(self.wakeup.wait())

@@ -8,7 +8,6 @@ otherwise the defaults.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
@@ -17,6 +16,7 @@ from api.context import BOX, CLOCK, SESSIONS
 from api.notifications.policy import NotificationSettings
 from api.notifications.sender import Sender
 from api.notifications.transport import GuardedTransport
+from api.periodic import finish
 
 NOTIFICATION_SETTINGS = web.AppKey("notification_settings", NotificationSettings)
 NOTIFICATION_SENDER = web.AppKey("notification_sender", Sender)
@@ -32,8 +32,9 @@ def wake(app: web.Application) -> None:
 
 
 def notification_sender() -> Lifecycle:
-    """A ``cleanup_ctx`` lifecycle running the sender until the app stops (then cancelled and awaited;
-    attempts in flight are abandoned and made again after their lease, with the same webhook-id)."""
+    """A ``cleanup_ctx`` lifecycle running the sender until the app stops (then it ends its current turn,
+    or is cancelled after :data:`~api.periodic.STOP_GRACE_SECONDS`; attempts in flight are abandoned and
+    made again after their lease, with the same webhook-id)."""
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         settings = app.get(NOTIFICATION_SETTINGS) or NotificationSettings()
@@ -44,9 +45,8 @@ def notification_sender() -> Lifecycle:
             try:
                 yield
             finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                sender.stop()
+                await finish(task)
 
     return lifecycle
 

@@ -25,6 +25,7 @@ from aiohttp import web
 
 from api.app import Lifecycle
 from api.context import BOX, CLOCK, RECONCILE, SESSIONS, ReconcilerHealth
+from api.periodic import STOP_GRACE_SECONDS
 from reconciler.loadcache import LoadCache
 from reconciler.loop import LoopHealth, Source, follow
 from reconciler.service import ReconcileOutcome, reconcile, record_revision_failure, record_source_failure
@@ -195,9 +196,12 @@ def reconciler_lifecycle(
         syncing = asyncio.create_task(watch_sync(), name="sync-check")
         yield
         stop.set()
-        task.cancel()
-        syncing.cancel()
-        # A loop that died was reported by ``ended`` when it happened; shutdown must not raise it again.
+        # Both stop between database calls (cancelled inside one, a pooled connection is cut off in its
+        # rollback); one still busy after the grace period (a slow git fetch) is cancelled. A loop that
+        # died was reported by ``ended`` when it happened; shutdown must not raise it again.
+        _, busy = await asyncio.wait({task, syncing}, timeout=STOP_GRACE_SECONDS)
+        for late in busy:
+            late.cancel()
         await asyncio.wait({task, syncing})
         if known.get("name"):
             try:
