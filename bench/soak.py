@@ -8,7 +8,8 @@ a factory applied by the CLI: 3 token webhooks routed to one automation that mat
 deliveries, and a notification endpoint (every SUCCEEDED run) on a loopback receiver that answers 500 to
 10% of the messages. All traffic stays on 127.0.0.1.
 
-1. Idle: descriptors and threads of the serve process; the workers' idle throughput (a burst of
+1. Idle: descriptors and threads of the serve processes once they have held still for a pool-trim
+   window (start-up's connections closed); the workers' idle throughput (a burst of
    ``--burst`` run-starting deliveries, timed until every run has finished).
 2. Load, open loop (requests leave on schedule whatever the answers take): ``--rate`` deliveries/s over
    the 3 webhooks (``--run-share`` of them start a run), ``--api-rate`` API runs/s, ``--team-streams``
@@ -208,13 +209,29 @@ async def soak(args: argparse.Namespace, db_url: str, work: Path) -> int:
         worker_process=args.worker_process,
     ) as served:
         load = Load(served)
-        await asyncio.sleep(2)  # the first reconcile and the workers' first poll
-        idle = probe.proc_stats(served.server.pid)[1:]
+        idle = await settled_idle(served.server.pid)
         print(f"idle descriptors: {probe.fd_kinds(served.server.pid)}")
         idle_rate = await burst(load, served.engine, args.burst)
         print(f"idle: fds {idle[0]}, threads {idle[1]}; workers' idle throughput {idle_rate:.1f} runs/s")
         load.meter.drain()
         return await loaded(args, load, served, idle, idle_rate)
+
+
+async def settled_idle(
+    pid: int, quiet_seconds: float = 75.0, limit_seconds: float = 240.0
+) -> tuple[int, int]:
+    """Descriptors and threads of an idle server once they have held still for ``quiet_seconds``: longer
+    than the pool trim's window (60 s), so the connections of start-up (migrations, the first reconcile)
+    are closed as they would be after load, and "back to idle" compares like with like."""
+    start = time.monotonic()
+    stats = probe.proc_stats(pid)[1:]
+    since = start
+    while time.monotonic() - since < quiet_seconds and time.monotonic() - start < limit_seconds:
+        await asyncio.sleep(5)
+        now = probe.proc_stats(pid)[1:]
+        if now[0] != stats[0]:
+            stats, since = now, time.monotonic()
+    return probe.proc_stats(pid)[1:]
 
 
 async def burst(load: Load, engine: Any, n: int) -> float:
