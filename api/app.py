@@ -8,7 +8,6 @@ caller as ``cleanup_ctx`` lifecycles so it starts and stops with the app.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import MappingProxyType
 
@@ -41,6 +40,7 @@ from api.http.urls import refuse_nul
 from api.ingress import routes as ingress_routes
 from api.management import routes as management_routes
 from api.notifications import routes as notifications_routes
+from api.periodic import finish
 from api.problems import problem_middleware
 from api.runs import artifacts as runs_artifacts
 from api.runs import routes as runs_routes
@@ -119,10 +119,10 @@ async def _trim_quiet_pool(app: web.Application) -> AsyncIterator[None]:
     idle after load (:mod:`store.pool_trim`; docs/operations.md, "Fair sharing (SQLite)")."""
     closers = app[SIDE_CONNECTIONS]
     side = tuple(closers)
-    task = asyncio.create_task(trim_when_quiet(app[ENGINE], side=side), name="pool-trim")
+    stop = asyncio.Event()
+    task = asyncio.create_task(trim_when_quiet(app[ENGINE], side=side, stop=stop), name="pool-trim")
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        stop.set()
+        await finish(task)

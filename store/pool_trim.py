@@ -17,6 +17,9 @@ process on that file goes. So a trim also closes the store's connections held ou
 closing the others, it tries again two seconds later, until one trim closes them all at once
 (docs/operations.md, "Descriptors and threads").
 
+The job ends when ``stop`` is set, never in the middle of a trim: a connection cancelled while it closes
+is left half closed (SQLAlchemy logs that with a traceback).
+
 A pool that is not a queue pool (an in-memory SQLite database's single static connection, which *is* the
 database) is never trimmed.
 """
@@ -24,6 +27,7 @@ database) is never trimmed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -72,17 +76,23 @@ async def trim_when_quiet(
     use: PoolUse | None = None,
     side: Sequence[Callable[[], Awaitable[None]]] = (),
     on_trim: Callable[[], None] = lambda: None,
+    stop: asyncio.Event | None = None,
 ) -> None:
-    """Run until cancelled: once a window, empty ``engine``'s pool when it holds more than the window's peak
-    use plus :data:`SPARE` idle connections and none is checked out; then await each of ``side`` (closers
-    of the store's connections held outside the pool, reopened when next needed)."""
+    """Run until ``stop`` is set (or cancelled): once a window, empty ``engine``'s pool when it holds more
+    than the window's peak use plus :data:`SPARE` idle connections and none is checked out; then await each
+    of ``side`` (closers of the store's connections held outside the pool, reopened when next needed)."""
     if not trimmable(engine):
         return
     use = use or PoolUse(engine)
     sqlite = engine.dialect.name == "sqlite"
     settled = True  # False: the last trim could not close every connection of the SQLite file at once
+    stop = stop or asyncio.Event()
     while True:
-        await asyncio.sleep(window_seconds if settled else min(window_seconds, RETRY_SECONDS))
+        pause = window_seconds if settled else min(window_seconds, RETRY_SECONDS)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), pause)
+        if stop.is_set():
+            return
         peak = use.new_window()
         pool = engine.sync_engine.pool
         if not isinstance(pool, QueuePool) or pool.checkedout():

@@ -140,3 +140,42 @@ async def test_sqlite_descriptors_go_when_every_connection_of_the_file_closes(tm
         assert _open_descriptors(path) == 1
     finally:
         await _stop(job, engine)
+
+
+async def test_a_stop_waits_for_a_trim_in_progress_and_ends_a_sleeping_job(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'pool.db'}")
+    closing, release, trimmed, stop = asyncio.Event(), asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def slow_side() -> None:  # a connection outside the pool, closing
+        closing.set()
+        await release.wait()
+
+    use = PoolUse(engine)
+    await _use(engine, 6)
+    use.new_window()
+    job = asyncio.create_task(
+        trim_when_quiet(engine, window_seconds=0.2, use=use, side=[slow_side], on_trim=trimmed.set, stop=stop)
+    )
+    try:
+        async with asyncio.timeout(5):
+            await closing.wait()
+        stop.set()
+        await asyncio.sleep(0.1)
+        assert not job.done()  # the trim in progress is not cut off
+        release.set()
+        async with asyncio.timeout(5):
+            await job  # returns normally: not cancelled
+        assert trimmed.is_set() and engine.sync_engine.pool.checkedin() == 0
+    finally:
+        await _stop(job, engine)
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'pool.db'}")
+    stop = asyncio.Event()
+    job = asyncio.create_task(trim_when_quiet(engine, window_seconds=3600, stop=stop))
+    try:
+        await asyncio.sleep(0.05)
+        stop.set()
+        async with asyncio.timeout(2):  # an hour's window: only a stop that wakes the wait is this fast
+            await job
+    finally:
+        await _stop(job, engine)
