@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
@@ -87,3 +88,12 @@ async def finish(task: asyncio.Task[None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def rest_after(busy_since: float, minimum: float) -> None:
+    """Between two batches of a bulk job (retention, incremental vacuum): sleep at least ``minimum`` and at
+    least as long as the batch that started at ``busy_since`` (``time.monotonic()``) took. On SQLite each
+    batch holds the one write lock, so the job takes at most half of it and ingress, claims and the
+    workers' reports (another process: no in-process gate orders them) get the other half, however slow
+    the machine; a pass takes longer instead."""
+    await asyncio.sleep(max(minimum, time.monotonic() - busy_since))

@@ -15,16 +15,16 @@ no limit reads any more.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
+import time
 
 from aiohttp import web
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.context import CLOCK, ENGINE, SETTINGS
-from api.periodic import Lifecycle, periodic
+from api.periodic import Lifecycle, periodic, rest_after
 from api.ratelimit.counters import prune_counters
 from store.models import Delivery
 
@@ -61,13 +61,14 @@ async def prune_deliveries(
         )
         stmt = delete(Delivery).where(Delivery.seq.in_(oldest))
         while True:  # bounded batches: a webhook with a large backlog never holds the writer for long
+            started = time.monotonic()
             async with engine.begin() as conn:
                 result = await conn.execute(stmt)
             count = result.rowcount or 0
             removed += count
             if count < batch:
                 break
-            await asyncio.sleep(PAUSE_SECONDS)  # ingress commits between batches
+            await rest_after(started, PAUSE_SECONDS)  # ingress commits between batches
     return removed
 
 

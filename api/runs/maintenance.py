@@ -6,17 +6,18 @@ Only one replica prunes at a time: a pass first takes (or renews) the ``job:main
 ``locks`` table as a lease for :data:`LEASE_SECONDS`; a replica that finds another holder's lease unexpired
 skips the pass. A replica that dies simply lets its lease run out.
 
-Batches are short transactions with a pause between them, so the ingress writer (one SQLite writer at a
-time) gets the lock back after each; a pass stops after :data:`MAX_BATCHES` batches per table and the rest
-waits for the next pass.
+Batches are short transactions with a pause between them at least as long as the batch took
+(:func:`~api.periodic.rest_after`), so the ingress writer and the workers (one SQLite writer at a time)
+hold the lock at least half the time while a pass runs; a pass stops after :data:`MAX_BATCHES` batches
+per table and the rest waits for the next pass.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.context import CLOCK, ENGINE, SESSIONS
-from api.periodic import Lifecycle, periodic
+from api.periodic import Lifecycle, periodic, rest_after
 from api.runs.retention import RetentionSettings, TablePolicy, policies
 from store.db import is_sqlite, release_free_pages, vacuum_churned, wal_bytes, wal_checkpoint
 from store.models import AppliedLock
@@ -95,12 +96,13 @@ async def apply_policy(
     cutoff = now - policy.keep
     deleted = 0
     for _ in range(MAX_BATCHES):
+        started = time.monotonic()
         async with sessions() as session, session.begin():
             count = await policy.prune(session, cutoff, policy.batch)
         deleted += count
         if count < policy.batch:
             break
-        await asyncio.sleep(pause)  # let queued writers (ingress, claims) commit between batches
+        await rest_after(started, pause)  # let queued writers (ingress, claims) commit between batches
     return deleted
 
 
@@ -121,10 +123,11 @@ async def compact(engine: AsyncEngine, *, pruned: bool) -> None:
         return
     if pruned:
         for _ in range(FREE_PAGES_PER_PASS // FREE_PAGES_PER_STEP):
+            started = time.monotonic()
             free = await release_free_pages(engine, FREE_PAGES_PER_STEP)
             if not free or free <= FREE_PAGES_PER_STEP:
                 break
-            await asyncio.sleep(PAUSE_SECONDS)
+            await rest_after(started, PAUSE_SECONDS)
     oversized = (wal_bytes(engine) or 0) > TRUNCATE_ABOVE
     result = await wal_checkpoint(engine, "TRUNCATE" if pruned or oversized else "PASSIVE")
     if result is not None and result.busy:

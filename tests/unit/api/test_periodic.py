@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import pytest
 from aiohttp import web
@@ -88,3 +89,14 @@ async def test_a_first_delay_is_cut_short_by_the_stop() -> None:
     async with asyncio.timeout(2):
         await _stop(lifecycle)
     assert ticks == []
+
+
+async def test_a_bulk_job_rests_as_long_as_its_batch_held_the_writer() -> None:
+    """rest_after: a batch that took 0.3 s is followed by at least 0.3 s of rest (half the write lock for
+    everyone else); a quick batch still gets the minimum pause."""
+    start = time.monotonic()
+    await periodic_module.rest_after(start - 0.3, 0.01)
+    assert time.monotonic() - start >= 0.29
+    start = time.monotonic()
+    await periodic_module.rest_after(start, 0.05)
+    assert time.monotonic() - start >= 0.049
