@@ -11,7 +11,6 @@ way the task is awaited, so no job outlives the app (docs/architecture.md, "Rule
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,18 +18,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from api.problems import store_unavailable
+from store.clock import stopped
 
 Lifecycle = Callable[[web.Application], AsyncIterator[None]]
 Tick = Callable[[web.Application], Awaitable[object]]
 Interval = float | Callable[[web.Application], float]
 STOP_GRACE_SECONDS = 5.0
-
-
-async def _stopped(stop: asyncio.Event, seconds: float) -> bool:
-    """Wait ``seconds`` or until ``stop`` is set; whether it is."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
-    return stop.is_set()
 
 
 def periodic(
@@ -54,7 +47,7 @@ def periodic(
         return interval_seconds(app) if callable(interval_seconds) else interval_seconds
 
     async def loop(app: web.Application, stop: asyncio.Event) -> None:
-        if first_delay_seconds > 0 and await _stopped(stop, first_delay_seconds):
+        if first_delay_seconds > 0 and await stopped(stop, first_delay_seconds):
             return
         while not stop.is_set():
             try:
@@ -65,7 +58,7 @@ def periodic(
                     log.exception("%s failed; retrying in %gs", name, interval(app))
                 else:  # expected while the database is down: one line, no traceback
                     log.warning("%s: store unavailable (%s); retrying in %gs", name, reason, interval(app))
-            if await _stopped(stop, interval(app)):
+            if await stopped(stop, interval(app)):
                 return
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -80,14 +73,16 @@ def periodic(
     return lifecycle
 
 
-async def finish(task: asyncio.Task[None]) -> None:
-    """Await a background task that was told to stop; cancel it if it is still running after
-    :data:`STOP_GRACE_SECONDS`. The task should stop between database calls: cancelled inside one, it leaves a
-    pooled connection cut off in its rollback (SQLAlchemy logs that with a traceback)."""
-    await asyncio.wait({task}, timeout=STOP_GRACE_SECONDS)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+async def finish(*tasks: asyncio.Task[None]) -> None:
+    """Await background tasks that were told to stop; cancel those still running after
+    :data:`STOP_GRACE_SECONDS`. A task should stop between database calls: cancelled inside one, it leaves a
+    pooled connection cut off in its rollback (SQLAlchemy logs that with a traceback). Never raises: a task
+    that failed reported it when it did (a periodic job logs each failing tick, the reconciler its loop's
+    death)."""
+    _, late = await asyncio.wait(tasks, timeout=STOP_GRACE_SECONDS)
+    for task in late:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def rest_after(busy_since: float, minimum: float) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import time
 from typing import Protocol
@@ -77,3 +79,11 @@ def first_shown_at_or_after(bound: dt.datetime) -> dt.datetime | None:
         return floor + _SHOWN
     except OverflowError:
         return None
+
+
+async def stopped(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` or until ``stop`` is set, whichever comes first; whether it is set. The sleep of every
+    background loop that must end promptly on shutdown."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+    return stop.is_set()

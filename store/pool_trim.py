@@ -27,7 +27,6 @@ database) is never trimmed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -35,6 +34,8 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.util import greenlet_spawn
+
+from store.clock import stopped
 
 WINDOW_SECONDS = 60.0
 RETRY_SECONDS = 2.0  # after a trim a checkout got in the way of (SQLite): try again this soon
@@ -88,10 +89,7 @@ async def trim_when_quiet(
     settled = True  # False: the last trim could not close every connection of the SQLite file at once
     stop = stop or asyncio.Event()
     while True:
-        pause = window_seconds if settled else min(window_seconds, RETRY_SECONDS)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), pause)
-        if stop.is_set():
+        if await stopped(stop, window_seconds if settled else min(window_seconds, RETRY_SECONDS)):
             return
         peak = use.new_window()
         pool = engine.sync_engine.pool

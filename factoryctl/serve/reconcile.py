@@ -15,7 +15,6 @@ against an apply in progress.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -25,7 +24,7 @@ from aiohttp import web
 
 from api.app import Lifecycle
 from api.context import BOX, CLOCK, RECONCILE, SESSIONS, ReconcilerHealth
-from api.periodic import STOP_GRACE_SECONDS
+from api.periodic import finish
 from reconciler.loadcache import LoadCache
 from reconciler.loop import LoopHealth, Source, follow
 from reconciler.service import ReconcileOutcome, reconcile, record_revision_failure, record_source_failure
@@ -34,6 +33,7 @@ from reconciler.sources.git import GitSource
 from reconciler.sources.local import DirectorySource
 from reconciler.sync import check, record_heal, release
 from reconciler.syncstate import Manager
+from store.clock import stopped
 
 log = logging.getLogger("factoryctl.reconciler")
 DEFAULT_SYNC_INTERVAL = 30.0
@@ -160,11 +160,7 @@ def reconciler_lifecycle(
                 source.force.set()
 
         async def watch_sync() -> None:
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), interval)
-                if stop.is_set():
-                    return
+            while not await stopped(stop, interval):
                 try:
                     await check_once()
                 except Exception as exc:  # the next interval tries again; the loop is unaffected
@@ -196,13 +192,9 @@ def reconciler_lifecycle(
         syncing = asyncio.create_task(watch_sync(), name="sync-check")
         yield
         stop.set()
-        # Both stop between database calls (cancelled inside one, a pooled connection is cut off in its
-        # rollback); one still busy after the grace period (a slow git fetch) is cancelled. A loop that
-        # died was reported by ``ended`` when it happened; shutdown must not raise it again.
-        _, busy = await asyncio.wait({task, syncing}, timeout=STOP_GRACE_SECONDS)
-        for late in busy:
-            late.cancel()
-        await asyncio.wait({task, syncing})
+        # Both stop between database calls; one still busy after the grace period (a slow git fetch) is
+        # cancelled. A loop that died was reported by ``ended`` when it happened: not raised again here.
+        await finish(task, syncing)
         if known.get("name"):
             try:
                 await release(app[SESSIONS], team=team, factory_name=known["name"], manager=manager)
