@@ -223,14 +223,12 @@ async def settled_idle(
     """Descriptors and threads of an idle server once they have held still for ``quiet_seconds``: longer
     than the pool trim's window (60 s), so the connections of start-up (migrations, the first reconcile)
     are closed as they would be after load, and "back to idle" compares like with like."""
-    start = time.monotonic()
-    stats = probe.proc_stats(pid)[1:]
-    since = start
+    start = since = time.monotonic()
+    fds = probe.proc_stats(pid)[1]
     while time.monotonic() - since < quiet_seconds and time.monotonic() - start < limit_seconds:
         await asyncio.sleep(5)
-        now = probe.proc_stats(pid)[1:]
-        if now[0] != stats[0]:
-            stats, since = now, time.monotonic()
+        if (now := probe.proc_stats(pid)[1]) != fds:
+            fds, since = now, time.monotonic()
     return probe.proc_stats(pid)[1:]
 
 

@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import signal
 
 from aiohttp import web
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.context import ServerSettings
 from api.ops import JsonAccessLogger
 from factoryctl import log_lines
+from factoryctl.context import CliContext
 from factoryctl.log_lines import TextLineFormatter
+from store.crypto import SecretBox
+from store.db import create_engine
+
+log = logging.getLogger("factoryctl.serve")
 
 # After SIGTERM/SIGINT the listening socket closes at once and requests already being handled get at most
 # this long to finish (docs/operations.md, "Faults and recovery"). Ordinary requests take milliseconds;
@@ -29,6 +36,19 @@ def configure_logging(index: int | None) -> None:
     handlers = logging.getLogger().handlers
     text = any(isinstance(h.formatter, TextLineFormatter) for h in handlers)
     log_lines.configure("text" if text else "json", process=index)
+
+
+def open_child_store(ctx: CliContext, index: int) -> tuple[SecretBox, AsyncEngine] | None:
+    """How a child process of ``serve`` starts (an HTTP secondary, the workers' process): its log lines,
+    then the secret box and an engine of its own (the primary migrated the database). None, with the reason
+    logged, when the key cannot be read."""
+    configure_logging(index)
+    try:
+        box = ctx.secret_box()
+    except Exception as exc:
+        log.error(json.dumps({"msg": "cannot start", "error": str(exc)}))
+        return None
+    return box, create_engine(ctx.database_url)
 
 
 def make_runner(app: web.Application) -> web.AppRunner:

@@ -21,10 +21,9 @@ from api.notifications.service import NOTIFICATION_SETTINGS
 from factoryctl.context import CliContext
 from factoryctl.serve.group import Message, PrimaryLink, StartFailed, Supervisor
 from factoryctl.serve.options import ServeOptions
-from factoryctl.serve.runtime import DRAIN_SECONDS, configure_logging, listen, make_runner, stop_on_signals
+from factoryctl.serve.runtime import DRAIN_SECONDS, listen, make_runner, open_child_store, stop_on_signals
 from factoryctl.serve.validation import make_validator
 from factoryctl.serve.worker_process import WorkerProcessConfig, run_worker_process
-from store.db import create_engine
 
 log = logging.getLogger("factoryctl.serve")
 
@@ -132,14 +131,11 @@ async def run_secondary(fd: int) -> int:
     if not isinstance(config, SecondaryConfig):
         print("error: no configuration from the primary process", file=sys.stderr)
         return 1
-    configure_logging(config.index)
-    settings = config.settings
-    try:
-        box = config.ctx.secret_box()
-    except Exception as exc:
-        log.error(json.dumps({"msg": "cannot start", "error": str(exc)}))
+    opened = open_child_store(config.ctx, config.index)
+    if opened is None:
         return 1
-    engine = create_engine(config.ctx.database_url)  # migrated by the primary
+    box, engine = opened
+    settings = config.settings
     app = create_app(settings, engine, box, route_modules=ROUTE_MODULES)
     app[NOTIFICATION_SETTINGS] = config.notifications
     app[VALIDATOR] = make_validator(box)

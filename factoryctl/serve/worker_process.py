@@ -36,10 +36,9 @@ from factoryctl.context import CliContext
 from factoryctl.serve.group import Message, PrimaryLink, Supervisor
 from factoryctl.serve.local_workers import STOP_TIMEOUT_SECONDS, service_workers
 from factoryctl.serve.options import ServeOptions
-from factoryctl.serve.runtime import configure_logging, make_runner, stop_on_signals
+from factoryctl.serve.runtime import make_runner, open_child_store, stop_on_signals
 from factoryctl.worker.execution import scrubbed_environment
 from factoryctl.worker.sandbox import Sandbox, service_environment
-from store.db import create_engine
 
 log = logging.getLogger("factoryctl.serve")
 
@@ -117,13 +116,10 @@ async def forward_wakes(app: web.Application, group: Broadcaster) -> None:
 async def run_worker_process(link: PrimaryLink, config: WorkerProcessConfig) -> int:
     """The workers' process: its own engine and app (no routes, no port), the workers' lifecycle, until
     SIGTERM/SIGINT or the primary's end."""
-    configure_logging(config.index)
-    try:
-        box = config.ctx.secret_box()
-    except Exception as exc:
-        log.error(json.dumps({"msg": "cannot start", "error": str(exc)}))
+    opened = open_child_store(config.ctx, config.index)
+    if opened is None:
         return 1
-    engine = create_engine(config.ctx.database_url)  # migrated by the primary
+    box, engine = opened
     workers = hosted_workers(config.options)
     app = create_app(config.options.settings, engine, box, lifecycles=[workers], route_modules=())
     signal = claim_signal(app)
